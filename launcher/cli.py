@@ -1,0 +1,178 @@
+"""`llm-d-launcher`: the pod ENTRYPOINT's command line. `plan` is the dry-run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from launcher.errors import ConfigError, Problem
+
+_ENV_HELP = """\
+settings (CLI flags override env; env overrides the `launcher:` section of LLMD_RECIPE_FILE):
+  LWS_LEADER_ADDRESS, LWS_GROUP_SIZE, LWS_WORKER_INDEX   injected by LeaderWorkerSet
+  POD_IP, POD_NAME, POD_NAMESPACE, NODE_NAME             from the downward API
+  TPU_WORKER_ID, TPU_WORKER_HOSTNAMES                    injected by LWS on TPU pods
+  LLMD_RECIPE        built-in recipe name (default kimi-k3.1-pro)
+  LLMD_RECIPE_FILE   a recipe YAML file (e.g. a mounted ConfigMap); replaces LLMD_RECIPE
+  LLMD_POOL          which pool of the recipe this pod belongs to (default: the recipe's default_pool)
+  LLMD_GPUS_PER_NODE accelerator devices in this pod; checked against the pool's parallelism
+  LLMD_EXTRA_ARGS    extra engine flags, appended last (shell-style quoting; no shell runs)
+  LLMD_EXTRA_ENV     extra env for every process, a JSON object
+  LLMD_RUNTIME_DIR   where per-pod files are written (default /tmp/llm-d-launcher)
+secrets (names with TOKEN, SECRET, PASSWORD, KEY, ...) are shown as <redacted>, never put on argv.
+exit codes: 0 ok, 2 bad input (one line per problem, nothing spawned)."""
+
+
+def _parser() -> argparse.ArgumentParser:
+    root = argparse.ArgumentParser(
+        prog="llm-d-launcher",
+        description="Starts an llm-d model-server pod from its LWS env and a recipe: "
+        "derives the pod's role, builds the exact engine commands and files, and runs them.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_ENV_HELP,
+    )
+    sub = root.add_subparsers(dest="command", metavar="COMMAND")
+
+    plan = sub.add_parser(
+        "plan",
+        help="dry-run: print what this pod (or its whole LWS group) would run, spawn nothing",
+        description="Print the exact commands, env and files this pod would run, and spawn nothing.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_ENV_HELP,
+    )
+    plan.add_argument(
+        "--format",
+        choices=("text", "shell", "json"),
+        default="text",
+        help="text: readable; shell: copy-pasteable sh script; json: stable schema "
+        "llm-d-launcher/plan/v1 (group: llm-d-launcher/group/v1)",
+    )
+    plan.add_argument(
+        "--group", action="store_true", help="plan every pod of the LWS group and check the group as a whole"
+    )
+    pod = plan.add_argument_group("pod and recipe (override the env)")
+    pod.add_argument("--recipe", metavar="NAME", help="built-in recipe (LLMD_RECIPE)")
+    pod.add_argument("--recipe-file", metavar="PATH", help="recipe YAML file (LLMD_RECIPE_FILE)")
+    pod.add_argument("--pool", metavar="NAME", help="pool of the recipe (LLMD_POOL)")
+    pod.add_argument("--worker-index", metavar="N", help="LWS_WORKER_INDEX")
+    pod.add_argument("--group-size", metavar="N", help="LWS_GROUP_SIZE")
+    pod.add_argument("--leader-address", metavar="ADDR", help="LWS_LEADER_ADDRESS")
+    pod.add_argument("--pod-ip", metavar="IP", help="POD_IP")
+    pod.add_argument("--gpus-per-node", metavar="N", help="LLMD_GPUS_PER_NODE")
+    pod.add_argument("--extra-args", metavar="ARGS", help="LLMD_EXTRA_ARGS, e.g. '--max-num-seqs 64'")
+    pod.add_argument(
+        "--env",
+        metavar="KEY=VALUE",
+        action="append",
+        dest="extra_env_items",
+        help="extra env for every process (repeatable; replaces LLMD_EXTRA_ENV)",
+    )
+    pod.add_argument("--runtime-dir", metavar="DIR", help="LLMD_RUNTIME_DIR")
+    sub.add_parser("recipes", help="list the built-in recipes and their pools")
+    return root
+
+
+def _cli_settings(ns: argparse.Namespace) -> dict[str, object]:
+    values: dict[str, object] = {
+        name: getattr(ns, name)
+        for name in (
+            "recipe",
+            "recipe_file",
+            "pool",
+            "worker_index",
+            "group_size",
+            "leader_address",
+            "pod_ip",
+            "gpus_per_node",
+            "extra_args",
+            "runtime_dir",
+        )
+    }
+    if ns.extra_env_items:
+        env = {}
+        for item in ns.extra_env_items:
+            key, sep, value = item.partition("=")
+            if not sep or not key:
+                raise ConfigError.one("--env", f"{item!r} is not KEY=VALUE", "write it as --env NAME=value")
+            env[key] = value
+        values["extra_env"] = env
+    return values
+
+
+def _cmd_plan(ns: argparse.Namespace) -> int:
+    from launcher import render
+    from launcher.recipe import load_recipe
+    from launcher.settings import load_settings
+
+    settings = load_settings(**_cli_settings(ns))
+    recipe = load_recipe(settings.recipe, settings.recipe_file)
+    if settings.recipe_file and "recipe" in settings.model_fields_set and settings.recipe != recipe.name:
+        raise ConfigError.one(
+            "LLMD_RECIPE",
+            f"is {settings.recipe!r} but LLMD_RECIPE_FILE holds recipe {recipe.name!r}",
+            "unset one of them",
+        )
+    if ns.group:
+        from launcher.group import plan_group
+
+        report = plan_group(settings, recipe)
+        if ns.format == "json":
+            sys.stdout.write(render.render_json(render.group_to_dict(report)))
+        elif ns.format == "shell":
+            sys.stdout.write(render.render_group_shell(report))
+        else:
+            sys.stdout.write(render.render_group_text(report))
+        if not report.ok:
+            raise ConfigError(
+                [
+                    Problem("plan --group", f"{c.name} check failed: {c.detail}", "fix the recipe")
+                    for c in report.checks
+                    if not c.ok
+                ]
+            )
+        return 0
+
+    from roles import build_plan
+
+    plan = build_plan(settings, recipe)
+    if ns.format == "json":
+        sys.stdout.write(render.render_json(render.plan_to_dict(plan)))
+    elif ns.format == "shell":
+        sys.stdout.write(render.render_shell(plan))
+    else:
+        sys.stdout.write(render.render_text(plan))
+    for note in plan.notes:  # stdout stays machine-readable; the one-line notices go to stderr
+        if ns.format != "text":
+            print(f"note: {note}", file=sys.stderr)
+    return 0
+
+
+def _cmd_recipes() -> int:
+    from launcher.recipe import builtin_recipe_names, load_recipe
+
+    for name in builtin_recipe_names():
+        recipe = load_recipe(name, None)
+        pools = ", ".join(f"{p} ({pool.kind})" for p, pool in recipe.pools.items())
+        print(f"{name}: {pools}")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    ns = parser.parse_args(argv)
+    try:
+        if ns.command == "plan":
+            return _cmd_plan(ns)
+        if ns.command == "recipes":
+            return _cmd_recipes()
+        parser.print_help(sys.stderr)
+        return 2
+    except ConfigError as exc:
+        for problem in exc.problems:
+            print(f"llm-d-launcher: error: {problem}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

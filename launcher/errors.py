@@ -1,0 +1,31 @@
+"""User-facing configuration errors: one line per problem, naming the setting and the fix."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with the pod's configuration, phrased for the person who can fix it."""
+
+    setting: str
+    message: str
+    fix: str
+
+    def __str__(self) -> str:
+        return f"{self.setting}: {self.message}; {self.fix}"
+
+
+class ConfigError(Exception):
+    """Bad input: reported as one line per problem with exit code 2, before anything is spawned."""
+
+    exit_code = 2
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("; ".join(str(p) for p in problems))
+        self.problems = problems
+
+    @classmethod
+    def one(cls, setting: str, message: str, fix: str) -> ConfigError:
+        return cls([Problem(setting, message, fix)])

@@ -1,0 +1,167 @@
+"""`plan --group`: every pod of one LWS group, and checks of the group as a whole.
+
+The checks read the argv each pod would run (not the Role the builder started from), so they catch
+a builder that computes one thing and emits another.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from launcher.plan import LEADER_PLACEHOLDER, Plan
+from launcher.recipe import MooncakeDonorPool, MooncakeMasterPool, Recipe
+from launcher.settings import Settings
+
+
+@dataclass(frozen=True)
+class GroupCheck:
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class GroupReport:
+    plans: tuple[Plan, ...]
+    checks: tuple[GroupCheck, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+
+def plan_group(settings: Settings, recipe: Recipe) -> GroupReport:
+    from roles import build_plan
+    from roles.derive import select_pool
+
+    _, pool = select_pool(settings, recipe)
+    if isinstance(pool, (MooncakeMasterPool, MooncakeDonorPool)):  # one pod, not an LWS group
+        plans: tuple[Plan, ...] = (build_plan(settings.model_copy(update={"pod_ip": None}), recipe),)
+    else:
+        # Pod IPs differ per pod, so every pod shows its own as $(POD_IP).
+        size = settings.group_size or pool.nodes
+        leader = settings.leader_address or LEADER_PLACEHOLDER
+        plans = tuple(
+            build_plan(
+                settings.model_copy(
+                    update={"group_size": size, "leader_address": leader, "pod_ip": None, "worker_index": i}
+                ),
+                recipe,
+            )
+            for i in range(size)
+        )
+    return GroupReport(
+        plans, (check_ranks(plans), check_ports(plans), check_agreement(plans), check_kv_events(plans))
+    )
+
+
+def flag_values(argv: Sequence[str], flag: str) -> list[str]:
+    """Values of `--flag value` / `--flag=value` in an argv."""
+    out = []
+    for i, token in enumerate(argv):
+        if token == flag and i + 1 < len(argv):
+            out.append(argv[i + 1])
+        elif token.startswith(flag + "="):
+            out.append(token.split("=", 1)[1])
+    return out
+
+
+def _int_flag(plan: Plan, flag: str, default: int | None = None) -> int | None:
+    values = flag_values(plan.engine.argv, flag)
+    return int(values[-1]) if values else default
+
+
+def check_ranks(plans: Sequence[Plan]) -> GroupCheck:
+    owned: list[int] = []
+    sizes: set[int | None] = set()
+    if any("--data-parallel-size" in p.engine.argv for p in plans):
+        what = "DP ranks"
+        for p in plans:
+            start = _int_flag(p, "--data-parallel-start-rank", 0) or 0
+            local = _int_flag(p, "--data-parallel-size-local", 1) or 1
+            owned += range(start, start + local)
+            sizes.add(_int_flag(p, "--data-parallel-size"))
+    else:
+        what = "node ranks"
+        for p in plans:
+            owned.append(_int_flag(p, "--node-rank", 0) or 0)
+            sizes.add(_int_flag(p, "--nnodes", 1))
+    total = sizes.pop() if len(sizes) == 1 else None
+    counts = Counter(owned)
+    if total is None:
+        return GroupCheck("ranks", False, f"pods disagree on the number of {what}: {sorted(map(str, sizes))}")
+    missing = sorted(set(range(total)) - set(counts))
+    doubled = sorted(r for r, n in counts.items() if n > 1)
+    stray = sorted(r for r in counts if not 0 <= r < total)
+    if missing or doubled or stray:
+        return GroupCheck(
+            "ranks", False, f"{what} of {total}: missing {missing}, doubled {doubled}, out of range {stray}"
+        )
+    return GroupCheck("ranks", True, f"{what} 0..{total - 1} each owned by exactly one pod")
+
+
+def check_ports(plans: Sequence[Plan]) -> GroupCheck:
+    clashes = []
+    for p in plans:
+        seen: dict[int, str] = {}
+        for process, port in p.ports:
+            label = f"{process} {port.name}"
+            if port.number in seen:
+                clashes.append(
+                    f"pod {p.role.worker_index}: {port.number} is both {seen[port.number]} and {label}"
+                )
+            seen[port.number] = label
+    if clashes:
+        return GroupCheck("ports", False, "; ".join(clashes))
+    return GroupCheck(
+        "ports", True, f"no port is used twice inside a pod ({sum(len(p.ports) for p in plans)} ports)"
+    )
+
+
+_AGREE = (
+    "--master-addr",
+    "--data-parallel-address",
+    "--dist-init-addr",
+    "--nnodes",
+    "--data-parallel-size",
+    "--tensor-parallel-size",
+    "--tp-size",
+    "--data-parallel-rpc-port",
+    "--master-port",
+)
+
+
+def check_agreement(plans: Sequence[Plan]) -> GroupCheck:
+    """Every pod must name the same leader and the same sizes; headless pods share the leader's args."""
+    disagreements = []
+    for flag in _AGREE:
+        values = {p.role.worker_index: tuple(flag_values(p.engine.argv, flag)) for p in plans}
+        if len(set(values.values())) > 1:
+            disagreements.append(f"{flag}: " + ", ".join(f"pod {i}={v}" for i, v in values.items()))
+    if disagreements:
+        return GroupCheck("agreement", False, "; ".join(disagreements))
+    leader = next((v for p in plans for f in _AGREE[:3] for v in flag_values(p.engine.argv, f)), None)
+    detail = f"every pod names leader {leader}" if leader else "single pod: no leader to agree on"
+    return GroupCheck("agreement", True, detail + " and the same sizes")
+
+
+def check_kv_events(plans: Sequence[Plan]) -> GroupCheck:
+    """vLLM publishes global rank r on base + r: each pod's first local rank must land on the
+    configured port, so every pod publishes on the same port range."""
+    landed = set()
+    for p in plans:
+        for raw in flag_values(p.engine.argv, "--kv-events-config"):
+            endpoint = json.loads(raw)["endpoint"]
+            base = int(endpoint.rsplit(":", 1)[1])
+            start = _int_flag(p, "--data-parallel-start-rank", 0) or 0
+            landed.add(base + start)
+    if not landed:
+        return GroupCheck("kv-events", True, "no KV-event publisher in this pool")
+    if len(landed) > 1:
+        return GroupCheck(
+            "kv-events", False, f"pods' first ranks publish on different ports {sorted(landed)}"
+        )
+    return GroupCheck("kv-events", True, f"every pod's first rank publishes on port {landed.pop()}")

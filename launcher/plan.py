@@ -1,0 +1,96 @@
+"""The Plan: frozen data saying exactly what one pod runs. Built by roles/, rendered or supervised."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import Enum
+
+# Shown where a value is only known inside the pod (kubelet's own $(VAR) notation).
+LEADER_PLACEHOLDER = "$(LWS_LEADER_ADDRESS)"
+POD_IP_PLACEHOLDER = "$(POD_IP)"
+
+
+class RoleKind(str, Enum):
+    LEADER = "leader"  # group index 0 of an engine spanning the group: serves the API
+    WORKER = "worker"  # group index >0 of such an engine: headless
+    DP_RANKS = "dp-ranks"  # owns a slice of data-parallel ranks; every pod serves
+    SERVICE = "service"  # a standalone service pod (Mooncake master, donor)
+
+
+@dataclass(frozen=True)
+class Role:
+    """Which job this pod does, derived from the pool and the LWS env alone."""
+
+    pool: str
+    kind: RoleKind
+    worker_index: int = 0
+    group_size: int = 1
+    leader_address: str | None = None
+    dp_start: int | None = None
+    dp_local: int | None = None
+
+    @property
+    def name(self) -> str:
+        if self.kind in (RoleKind.LEADER, RoleKind.WORKER):
+            return f"{self.pool}-{self.kind.value}"
+        return self.pool
+
+    @property
+    def dp_size(self) -> int | None:
+        return None if self.dp_local is None else self.dp_local * self.group_size
+
+    @property
+    def dp_ranks(self) -> range | None:
+        if self.dp_start is None or self.dp_local is None:
+            return None
+        return range(self.dp_start, self.dp_start + self.dp_local)
+
+
+@dataclass(frozen=True)
+class PortSpec:
+    number: int
+    name: str
+
+
+@dataclass(frozen=True)
+class HttpCheck:
+    """How the probe server learns this process is healthy: GET path on a local port, 200 = ok."""
+
+    port: int
+    path: str
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    name: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str] = field(default_factory=dict)  # added to the pod's environment
+    critical: bool = True  # the engine: its exit ends the pod. Sidecars restart with backoff.
+    ports: tuple[PortSpec, ...] = ()
+    health: HttpCheck | None = None
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    path: str
+    content: str
+    mode: int = 0o644
+
+
+@dataclass(frozen=True)
+class Plan:
+    recipe: str
+    role: Role
+    processes: tuple[ProcessSpec, ...]
+    files: tuple[FileSpec, ...] = ()
+    notes: tuple[str, ...] = ()
+    placeholders: tuple[str, ...] = ()  # values only the pod knows, shown as $(VAR)
+
+    @property
+    def engine(self) -> ProcessSpec:
+        return self.processes[0]
+
+    @property
+    def ports(self) -> list[tuple[str, PortSpec]]:
+        return [(p.name, port) for p in self.processes for port in p.ports]

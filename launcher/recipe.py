@@ -1,0 +1,303 @@
+"""Recipe schema: the data a platform team writes to describe a model's pools and topology.
+
+A recipe is YAML (built in under launcher/recipes/, or a mounted ConfigMap file) validated here.
+Everything the launcher derives per pod (ranks, ports, addresses, topics, file paths) is left out
+of the recipe; everything that is a fixed choice for the deployment (flags, JSON configs, env) is in it.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from launcher.errors import ConfigError, Problem
+from launcher.redact import is_secret_flag
+
+Port = Annotated[int, Field(ge=1, le=65535)]
+Count = Annotated[int, Field(ge=1)]
+# One engine flag: true -> --flag, false -> --no-flag, null -> omitted, mapping -> one compact JSON
+# argument, list -> the flag followed by each item, anything else -> its string form.
+ArgValue = bool | int | float | str | None | dict[str, Any] | list[Any]
+Args = dict[str, ArgValue]
+
+_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
+
+
+class _Data(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Data):
+    path: str = Field(description="What the engine loads: a local path on the model volume, or a hub id.")
+    served_name: str | None = Field(None, description="Name clients and the router use (default: path).")
+
+    @property
+    def name(self) -> str:
+        return self.served_name or self.path
+
+
+class KVEventsSpec(_Data):
+    """ZMQ KV-cache events. Each pod's first local rank publishes on `port`, rank r on port+r."""
+
+    port: Port = 5557
+    replay_port: Port | None = None
+    buffer_steps: Count | None = None
+    hwm: Count | None = None
+
+
+class NixlSpec(_Data):
+    """NIXL handshake listener: vLLM binds side_channel_port + global DP rank."""
+
+    side_channel_port: Port = 5600
+
+
+class MooncakeStoreSpec(_Data):
+    """vLLM MooncakeStoreConnector config, written per pod and pointed at by MOONCAKE_CONFIG_PATH."""
+
+    config: dict[str, Any]
+    file_name: str = "mooncake-store.json"
+
+    @field_validator("config")
+    @classmethod
+    def _needs_master(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if not value.get("master_server_address"):
+            raise ValueError("needs master_server_address (host:port of mooncake_master's RPC)")
+        return value
+
+
+class RenderSidecar(_Data):
+    """`vllm launch render` beside the serving node (token producer for the router)."""
+
+    port: Port = 8089
+    args: Args = {}
+
+
+class DisaggSidecar(_Data):
+    """llm-d-router-disagg-sidecar in front of the engine: port+i -> engine port+i."""
+
+    binary: str = "llm-d-router-disagg-sidecar"
+    port: Port = 8000
+    kv_connector: str = "nixlv2"
+    args: Args = {}
+
+
+class _EnginePool(_Data):
+    nodes: Count = Field(1, description="Pods per LWS group (leaderWorkerTemplate.size).")
+    replicas: Count = Field(1, description="LWS groups; informational, used by manifests.")
+    gpus_per_node: Count | None = Field(None, description="Accelerator devices each pod holds.")
+    model: ModelSpec | None = None
+    args: Args = {}
+    env: dict[str, str] = {}
+
+    tensor_parallel: Count | None = None
+
+    @property
+    def local_ranks(self) -> int:
+        """Data-parallel ranks per pod; 1 when one engine spans the whole group."""
+        return 1
+
+    def devices_per_pod(self) -> tuple[int, str]:
+        """Accelerator devices one pod drives, and how that number comes about."""
+        tp = self.tensor_parallel or 1
+        if self.local_ranks > 1:
+            return tp * self.local_ranks, f"TP {tp} x {self.local_ranks} local DP ranks"
+        return tp // self.nodes, f"TP {tp} over {self.nodes} pods"
+
+    @model_validator(mode="after")
+    def _parallel_arithmetic(self) -> _EnginePool:
+        tp = self.tensor_parallel or 1
+        if self.local_ranks == 1 and tp % self.nodes:
+            raise ValueError(f"tensor_parallel {tp} must be a multiple of nodes {self.nodes}")
+        devices, why = self.devices_per_pod()
+        if self.gpus_per_node is not None and self.gpus_per_node != devices:
+            raise ValueError(f"gpus_per_node is {self.gpus_per_node} but the pool needs {devices} ({why})")
+        return self
+
+    @field_validator("args")
+    @classmethod
+    def _no_secret_flags(cls, args: Args) -> Args:
+        for flag in args:
+            if flag.startswith("-"):
+                raise ValueError(f"flag names are written without dashes: {flag!r} -> {flag.lstrip('-')!r}")
+            if is_secret_flag(flag):
+                raise ValueError(
+                    f"{flag!r} would put a secret on the command line; pass it in the env from a Secret"
+                )
+        return args
+
+
+class VllmPool(_EnginePool):
+    kind: Literal["vllm"]
+    layout: Literal["multinode", "data-parallel"] = Field(
+        "multinode",
+        description="multinode: one engine spans the group, node 0 serves, others run --headless. "
+        "data-parallel: each pod owns data_parallel_local DP ranks behind vLLM's DP supervisor.",
+    )
+    data_parallel_local: Count | None = None
+    port: Port = 8000
+    master_port: Port | None = None
+    supervisor_port: Port | None = None
+    dp_rpc_port: Port | None = None
+    kv_events: KVEventsSpec | None = None
+    nixl: NixlSpec | None = None
+    mooncake_store: MooncakeStoreSpec | None = None
+    render: RenderSidecar | None = None
+    disagg_sidecar: DisaggSidecar | None = None
+
+    @model_validator(mode="after")
+    def _layout_fields(self) -> VllmPool:
+        if self.layout == "data-parallel":
+            if not self.data_parallel_local or self.data_parallel_local < 2:
+                raise ValueError("layout data-parallel needs data_parallel_local >= 2 (vLLM's DP supervisor)")
+            if self.supervisor_port is None:
+                raise ValueError("layout data-parallel needs supervisor_port")
+        elif self.data_parallel_local is not None or self.supervisor_port is not None:
+            raise ValueError("data_parallel_local and supervisor_port belong to layout data-parallel")
+        return self
+
+    @property
+    def local_ranks(self) -> int:
+        return self.data_parallel_local or 1
+
+
+class SglangPool(_EnginePool):
+    kind: Literal["sglang"]
+    port: Port = 30000
+    dist_init_port: Port = 20000
+
+
+class MooncakeMasterPool(_Data):
+    kind: Literal["mooncake-master"]
+    binary: str = "mooncake_master"
+    port: Port = 50051
+    metrics_port: Port = 9003
+    http_metadata_port: Port | None = None
+    args: Args = {}
+    env: dict[str, str] = {}
+
+
+class MooncakeDonorPool(_Data):
+    kind: Literal["mooncake-donor"]
+    binary: str = "mooncake_client"
+    master: str = Field(description="host:port of mooncake_master's RPC.")
+    metadata_server: str
+    protocol: str = "rdma"
+    device_names: str = ""
+    global_segment_size: str = Field(description="Memory donated to the pool, e.g. 500GB.")
+    port: Port = 50052
+    http_port: Port = 9300
+    args: Args = {}
+    env: dict[str, str] = {}
+
+
+Pool = Annotated[VllmPool | SglangPool | MooncakeMasterPool | MooncakeDonorPool, Field(discriminator="kind")]
+ENGINE_POOLS = (VllmPool, SglangPool)
+
+
+class Recipe(_Data):
+    name: str
+    description: str = ""
+    model: ModelSpec
+    default_pool: str
+    env: dict[str, str] = Field({}, description="Added to every engine process of every pool.")
+    pools: dict[str, Pool] = Field(min_length=1)
+    launcher: dict[str, Any] = Field(
+        {}, description="Defaults for launcher settings (LLMD_*, without prefix); env and CLI override."
+    )
+
+    @model_validator(mode="after")
+    def _names(self) -> Recipe:
+        for name in (self.name, *self.pools):
+            if not _NAME.match(name):
+                raise ValueError(f"{name!r} is not a valid name (lowercase letters, digits, '-', '.')")
+        if self.default_pool not in self.pools:
+            raise ValueError(
+                f"default_pool {self.default_pool!r} is not one of the pools {sorted(self.pools)}"
+            )
+        return self
+
+    def model_for(self, pool: VllmPool | SglangPool) -> ModelSpec:
+        return pool.model or self.model
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """Safe YAML that refuses duplicate keys: in a ConfigMap the last one silently winning hides typos."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def builtin_recipe_names() -> list[str]:
+    files = resources.files("launcher").joinpath("recipes").iterdir()
+    return sorted(f.name.removesuffix(".yaml") for f in files if f.name.endswith(".yaml"))
+
+
+def parse_yaml(text: str, source: str, setting: str) -> Mapping[str, Any]:
+    try:
+        data = yaml.load(text, Loader=_UniqueKeyLoader)
+    except yaml.YAMLError as exc:
+        detail = " ".join(str(exc).split())
+        raise ConfigError.one(setting, f"{source} is not valid YAML ({detail})", "fix the YAML") from None
+    if not isinstance(data, dict):
+        raise ConfigError.one(setting, f"{source} must hold a YAML mapping", "start it with `name: ...`")
+    return data
+
+
+@functools.lru_cache(maxsize=8)
+def read_recipe_file(path: str) -> Mapping[str, Any]:
+    """The raw mapping of a user recipe file; cached because settings and recipe both read it."""
+    setting = "LLMD_RECIPE_FILE"
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError.one(
+            setting, f"cannot read {path} ({exc.strerror})", "mount the recipe file or fix the path"
+        ) from None
+    return parse_yaml(text, path, setting)
+
+
+def validate_recipe(data: Mapping[str, Any], source: str, setting: str) -> Recipe:
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as exc:
+        problems = []
+        for err in exc.errors(include_url=False):
+            where = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-after"))
+            # Skip the discriminated-union tag in paths: pools.prefill.vllm.port -> pools.prefill.port
+            where = re.sub(r"\.(vllm|sglang|mooncake-master|mooncake-donor)(?=\.|$)", "", where)
+            msg = err["msg"].removeprefix("Value error, ")
+            problems.append(
+                Problem(setting, f"{source}: {where or '<top>'}: {msg}", "correct the recipe (see README)")
+            )
+        raise ConfigError(problems) from None
+
+
+def load_recipe(name: str, file: str | None) -> Recipe:
+    """The recipe a pod runs: the user file when given, else the built-in recipe by name."""
+    if file:
+        recipe = validate_recipe(read_recipe_file(file), file, "LLMD_RECIPE_FILE")
+        return recipe
+    names = builtin_recipe_names()
+    if name not in names:
+        raise ConfigError.one(
+            "LLMD_RECIPE",
+            f"unknown recipe {name!r}",
+            f"use one of {', '.join(names)} or set LLMD_RECIPE_FILE",
+        )
+    text = resources.files("launcher").joinpath("recipes", f"{name}.yaml").read_text(encoding="utf-8")
+    return validate_recipe(parse_yaml(text, f"built-in recipe {name}", "LLMD_RECIPE"), name, "LLMD_RECIPE")

@@ -1,0 +1,48 @@
+"""The one redaction function every printed or logged mapping passes through."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+
+REDACTED = "<redacted>"
+
+# HF_TOKEN, *_API_KEY, AWS_SECRET_ACCESS_KEY, DB_PASSWORD, ... (REFERENCE.md §7.2 item 10).
+_SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
+
+
+# Flags are matched by whole word: --api-key and --hf-token are secrets, --max-num-batched-tokens is not.
+_SECRET_WORDS = frozenset(
+    {"token", "secret", "password", "passwd", "key", "apikey", "credential", "credentials"}
+)
+
+
+def is_secret_name(name: str) -> bool:
+    """True for env names that may carry credentials (*TOKEN*, *SECRET*, *PASSWORD*, *KEY*, ...)."""
+    return bool(_SECRET_NAME.search(name))
+
+
+def is_secret_flag(flag: str) -> bool:
+    """True for CLI flags whose value is a credential; those values must travel in the env instead."""
+    words = flag.lstrip("-").split("=", 1)[0].replace("_", "-").lower().split("-")
+    return any(w in _SECRET_WORDS for w in words)
+
+
+def redact_env(env: Mapping[str, str]) -> dict[str, str]:
+    return {k: (REDACTED if is_secret_name(k) else v) for k, v in env.items()}
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """Hide the value of any secret-looking flag (`--api-key X`, `--hf-token=X`)."""
+    out: list[str] = []
+    hide_next = False
+    for token in argv:
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+        elif token.startswith("-") and "=" in token and is_secret_flag(token):
+            out.append(token.split("=", 1)[0] + "=" + REDACTED)
+        else:
+            out.append(token)
+            hide_next = token.startswith("--") and "=" not in token and is_secret_flag(token)
+    return out

@@ -1,0 +1,194 @@
+"""The dry-run: a Plan (or a whole LWS group) as readable text, a copy-pasteable shell script, or JSON.
+
+Every env mapping and argv passes through launcher.redact before it is printed.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Sequence
+from typing import Any
+
+from launcher.group import GroupReport
+from launcher.plan import LEADER_PLACEHOLDER, POD_IP_PLACEHOLDER, Plan, ProcessSpec
+from launcher.redact import REDACTED, is_secret_name, redact_argv, redact_env
+
+PLAN_SCHEMA = "llm-d-launcher/plan/v1"
+GROUP_SCHEMA = "llm-d-launcher/group/v1"
+FORMATS = ("text", "shell", "json")
+
+
+# ---------------------------------------------------------------- json
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    role = plan.role
+    ranks = role.dp_ranks
+    return {
+        "schema": PLAN_SCHEMA,
+        "recipe": plan.recipe,
+        "role": {
+            "name": role.name,
+            "pool": role.pool,
+            "kind": role.kind.value,
+            "worker_index": role.worker_index,
+            "group_size": role.group_size,
+            "leader_address": role.leader_address,
+            "dp_ranks": None
+            if ranks is None
+            else {"start": ranks.start, "stop": ranks.stop, "size": role.dp_size},
+        },
+        "placeholders": list(plan.placeholders),
+        "notes": list(plan.notes),
+        "files": [{"path": f.path, "mode": f"{f.mode:04o}", "content": f.content} for f in plan.files],
+        "processes": [
+            {
+                "name": p.name,
+                "critical": p.critical,
+                "argv": redact_argv(p.argv),
+                "env": redact_env(p.env),
+                "ports": [{"port": port.number, "name": port.name} for port in p.ports],
+                "health": None if p.health is None else {"port": p.health.port, "path": p.health.path},
+            }
+            for p in plan.processes
+        ],
+    }
+
+
+def group_to_dict(report: GroupReport) -> dict[str, Any]:
+    return {
+        "schema": GROUP_SCHEMA,
+        "recipe": report.plans[0].recipe,
+        "pool": report.plans[0].role.pool,
+        "group_size": len(report.plans),
+        "ok": report.ok,
+        "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail} for c in report.checks],
+        "pods": [plan_to_dict(p) for p in report.plans],
+    }
+
+
+def render_json(data: dict[str, Any]) -> str:
+    return json.dumps(data, indent=2) + "\n"
+
+
+# ---------------------------------------------------------------- text
+def _flag_lines(words: Sequence[str]) -> list[str]:
+    """Quoted words grouped one flag per line, its values beside it; command words first."""
+    lines: list[list[str]] = [[]]
+    for word in words:
+        if word.startswith("-") and lines[-1]:
+            lines.append([])
+        lines[-1].append(word)
+    return [" ".join(line) for line in lines]
+
+
+def _argv_lines(argv: Sequence[str], indent: str) -> list[str]:
+    lines = _flag_lines([shlex.quote(t) for t in argv])
+    return [indent + ("" if i == 0 else "  ") + line for i, line in enumerate(lines)]
+
+
+def _process_text(p: ProcessSpec) -> list[str]:
+    kind = "critical: its exit ends the pod" if p.critical else "sidecar: restarted with backoff"
+    out = [f"process {p.name} ({kind})"]
+    if p.ports:
+        out.append("  ports: " + ", ".join(f"{port.number} {port.name}" for port in p.ports))
+    if p.health:
+        out.append(f"  health: GET :{p.health.port}{p.health.path}")
+    if p.env:
+        out.append("  env:")
+        out += [f"    {k}={v}" for k, v in redact_env(p.env).items()]
+    out.append("  argv:")
+    out += _argv_lines(redact_argv(p.argv), "    ")
+    return out
+
+
+def _headline(plan: Plan) -> str:
+    role = plan.role
+    parts = [f"recipe {plan.recipe}", f"pool {role.pool}", f"role {role.name}"]
+    if role.kind.value != "service":
+        parts.append(f"worker {role.worker_index} of {role.group_size}")
+    if role.dp_ranks is not None:
+        parts.append(f"DP ranks {role.dp_ranks.start}..{role.dp_ranks.stop - 1} of {role.dp_size}")
+    return " | ".join(parts)
+
+
+def render_text(plan: Plan, with_notes: bool = True) -> str:
+    out = [f"# {_headline(plan)}"]
+    if with_notes:
+        out += [f"# note: {n}" for n in plan.notes]
+    if plan.placeholders:
+        out.append(
+            "# placeholders (known only inside the pod): " + ", ".join(f"$({v})" for v in plan.placeholders)
+        )
+    for f in plan.files:
+        out += ["", f"file {f.path} (mode {f.mode:04o})"]
+        out += ["  " + line for line in f.content.splitlines()]
+    for p in plan.processes:
+        out += ["", *_process_text(p)]
+    return "\n".join(out) + "\n"
+
+
+def render_group_text(report: GroupReport) -> str:
+    out = []
+    for note in dict.fromkeys(n for p in report.plans for n in p.notes):
+        out.append(f"# note: {note}")
+    for plan in report.plans:
+        out += ["", "=" * 100, render_text(plan, with_notes=False).rstrip("\n")]
+    out += ["", "=" * 100, "group checks:"]
+    out += [f"  {'ok  ' if c.ok else 'FAIL'} {c.name}: {c.detail}" for c in report.checks]
+    return "\n".join(out).lstrip("\n") + "\n"
+
+
+# ---------------------------------------------------------------- shell
+_PLACEHOLDER = re.compile(re.escape(LEADER_PLACEHOLDER) + "|" + re.escape(POD_IP_PLACEHOLDER))
+
+
+def _sh_word(token: str) -> str:
+    """Quote a token; placeholders become checked expansions of the pod's own env."""
+    parts = []
+    pos = 0
+    for m in _PLACEHOLDER.finditer(token):
+        if m.start() > pos:
+            parts.append(shlex.quote(token[pos : m.start()]))
+        var = m.group(0)[2:-1]
+        parts.append(f'"${{{var}:?{var} is not set}}"')
+        pos = m.end()
+    if pos < len(token) or not parts:
+        parts.append(shlex.quote(token[pos:]))
+    return "".join(parts)
+
+
+def _sh_env(name: str, value: str) -> str:
+    if is_secret_name(name):
+        return f'{name}="${{{name}:?{REDACTED}: export {name} first}}"'
+    return f"{name}={_sh_word(value)}"
+
+
+def _sh_command(p: ProcessSpec, background: bool) -> str:
+    env = ["env", *(_sh_env(k, v) for k, v in p.env.items())] if p.env else []
+    lines = [*([" ".join(env)] if env else []), *_flag_lines([_sh_word(t) for t in redact_argv(p.argv)])]
+    return ("" if background else "exec ") + " \\\n    ".join(lines) + (" &" if background else "")
+
+
+def render_shell(plan: Plan) -> str:
+    out = ["#!/bin/sh", f"# {_headline(plan)}", *(f"# note: {n}" for n in plan.notes), "set -eu"]
+    for f in plan.files:
+        delimiter = "LLMD_EOF"
+        out += [
+            f"mkdir -p {_sh_word(f.path.rsplit('/', 1)[0] or '/')}",
+            f"cat > {_sh_word(f.path)} <<'{delimiter}'",
+        ]
+        out += [f.content.rstrip("\n"), delimiter, f"chmod {f.mode:04o} {_sh_word(f.path)}"]
+    sidecars = [p for p in plan.processes if not p.critical]
+    for p in sidecars:
+        out += [f"# {p.name}: sidecar (the launcher restarts it with backoff; here it just runs)"]
+        out.append(_sh_command(p, background=True))
+    for p in plan.processes:
+        if p.critical:
+            out += [f"# {p.name}: critical (its exit ends the pod)"]
+            out.append(_sh_command(p, background=False))
+    return "\n".join(out) + "\n"
+
+
+def render_group_shell(report: GroupReport) -> str:
+    return "\n".join(f"# ---- pod {p.role.worker_index} ----\n{render_shell(p)}" for p in report.plans)

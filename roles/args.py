@@ -1,0 +1,124 @@
+"""Engine flags as data: recipe mappings -> argv tokens, and the explicit merge of LLMD_EXTRA_ARGS.
+
+Commands stay argv lists end to end; JSON values are built here and passed as one argument.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Literal
+
+from launcher.errors import ConfigError, Problem
+from launcher.recipe import ArgValue
+from launcher.redact import is_secret_flag
+
+Style = Literal["gnu", "gflags"]  # vLLM/SGLang: --flag value; Mooncake (gflags): --flag=value
+
+
+def to_json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+def _scalar(value: object, style: Style) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (dict, list)):
+        return to_json(value)
+    return str(value)
+
+
+def flag_key(flag: str) -> str:
+    """Identity of a flag for merging: dashes, underscores and a `no-` prefix do not matter."""
+    name = flag.lstrip("-").split("=", 1)[0].replace("_", "-")
+    return name.removeprefix("no-")
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One flag and the tokens it occupies on the argv."""
+
+    key: str
+    tokens: tuple[str, ...]
+
+
+def arg(flag: str, value: ArgValue = True, style: Style = "gnu") -> list[Arg]:
+    """Render one flag; [] when the value is None (omitted)."""
+    if value is None:
+        return []
+    if style == "gflags":
+        return [Arg(flag_key(flag), (f"--{flag}={_scalar(value, style)}",))]
+    if value is True:
+        return [Arg(flag_key(flag), (f"--{flag}",))]
+    if value is False:
+        return [Arg(flag_key(flag), (f"--no-{flag}",))]
+    if isinstance(value, list):
+        return [Arg(flag_key(flag), (f"--{flag}", *(_scalar(v, style) for v in value)))]
+    return [Arg(flag_key(flag), (f"--{flag}", _scalar(value, style)))]
+
+
+def args_from(mapping: Mapping[str, ArgValue], style: Style = "gnu") -> list[Arg]:
+    return [a for flag, value in mapping.items() for a in arg(flag, value, style)]
+
+
+_NUMBER = re.compile(r"^-\d")
+
+
+def split_extra_args(text: str, setting: str) -> list[Arg]:
+    """LLMD_EXTRA_ARGS tokenised like a shell would (no shell runs) and grouped flag by flag."""
+    try:
+        tokens = shlex.split(text)
+    except ValueError as exc:
+        raise ConfigError.one(
+            setting, f"cannot be split into arguments ({exc})", "balance the quotes"
+        ) from None
+    groups: list[Arg] = []
+    for token in tokens:
+        if token.startswith("-") and not _NUMBER.match(token):
+            groups.append(Arg(flag_key(token), (token,)))
+        elif groups:
+            groups[-1] = Arg(groups[-1].key, (*groups[-1].tokens, token))
+        else:
+            raise ConfigError.one(
+                setting, f"starts with {token!r}, which is not a flag", "give flags such as --max-num-seqs 64"
+            )
+    return groups
+
+
+def merge_extra(
+    generated: list[Arg], extra: list[Arg], owned: Mapping[str, str], setting: str
+) -> tuple[list[Arg], list[str]]:
+    """Append extra args last; an extra flag replaces the recipe's flag of the same name (the engine
+    would otherwise see both and silently keep the last). Flags the launcher derives are refused."""
+    notes: list[str] = []
+    problems = []
+    for extra_arg in extra:
+        flag = extra_arg.tokens[0]
+        if is_secret_flag(extra_arg.key):
+            problems.append(
+                Problem(
+                    setting,
+                    f"{flag} would put a secret on the command line",
+                    "pass it in the env from a Secret",
+                )
+            )
+        elif extra_arg.key in owned:
+            problems.append(Problem(setting, f"{flag} is derived by the launcher", owned[extra_arg.key]))
+    if problems:
+        raise ConfigError(problems)
+    keys = {a.key for a in extra}
+    kept = []
+    for a in generated:
+        if a.key in keys:
+            replacement = next(e for e in extra if e.key == a.key)
+            notes.append(f"{setting}: {' '.join(replacement.tokens)} replaces {' '.join(a.tokens)}")
+        else:
+            kept.append(a)
+    return kept + extra, notes
+
+
+def flatten(args: Iterable[Arg]) -> tuple[str, ...]:
+    return tuple(token for a in args for token in a.tokens)

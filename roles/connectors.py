@@ -1,0 +1,62 @@
+"""Per-pod connector configuration: KV-event publishing, NIXL side channel, Mooncake store file."""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from typing import Any
+
+from launcher.errors import ConfigError
+from launcher.plan import FileSpec
+from launcher.recipe import KVEventsSpec, MooncakeStoreSpec, NixlSpec
+from roles import topology
+
+
+def kv_events_topic(pod_ip: str, api_port: int, model_name: str) -> str:
+    """llm-d's topic `kv@<podIP>:<port>@<model>` (REFERENCE.md §5.3)."""
+    return f"kv@{topology.host_port(pod_ip, api_port)}@{model_name}"
+
+
+def vllm_kv_events_config(spec: KVEventsSpec, pool_name: str, start_rank: int, topic: str) -> dict[str, Any]:
+    """vLLM's --kv-events-config. `tcp://*:PORT` makes vLLM bind (an IP would make it connect), and the
+    base is lowered by the pod's first global DP rank so local rank l publishes on port + l."""
+    config: dict[str, Any] = {
+        "enable_kv_cache_events": True,
+        "publisher": "zmq",
+        "endpoint": f"tcp://*:{_compensated(spec.port, start_rank, pool_name, 'port')}",
+        "topic": topic,
+    }
+    if spec.replay_port is not None:
+        replay = _compensated(spec.replay_port, start_rank, pool_name, "replay_port")
+        config["replay_endpoint"] = f"tcp://*:{replay}"
+    if spec.buffer_steps is not None:
+        config["buffer_steps"] = spec.buffer_steps
+    if spec.hwm is not None:
+        config["hwm"] = spec.hwm
+    return config
+
+
+def _compensated(port: int, start_rank: int, pool_name: str, field: str) -> int:
+    base = topology.kv_events_base_port(port, start_rank)
+    if base < 1:
+        raise ConfigError.one(
+            f"pools.{pool_name}.kv_events.{field}",
+            f"{port} minus this pod's first DP rank {start_rank} is below 1",
+            "choose a port above the group's highest DP rank",
+        )
+    return base
+
+
+def nixl_env(spec: NixlSpec, pod_ip: str) -> dict[str, str]:
+    """The handshake listener must advertise this pod's IP, not localhost (REFERENCE.md §7.2 item 14)."""
+    return {
+        "VLLM_NIXL_SIDE_CHANNEL_HOST": pod_ip,
+        "VLLM_NIXL_SIDE_CHANNEL_PORT": str(spec.side_channel_port),
+    }
+
+
+def mooncake_store_file(spec: MooncakeStoreSpec, runtime_dir: str) -> FileSpec:
+    return FileSpec(
+        path=posixpath.join(runtime_dir, spec.file_name),
+        content=json.dumps(spec.config, indent=2) + "\n",
+    )

@@ -1,0 +1,60 @@
+"""What every plan builder receives: the validated inputs of one pod."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from launcher.plan import FileSpec, Plan, ProcessSpec, Role
+from launcher.recipe import Recipe
+from roles.args import Arg, flatten, merge_extra, split_extra_args
+from roles.derive import PodFacts
+
+EXTRA_ARGS = "LLMD_EXTRA_ARGS"
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    recipe: Recipe
+    role: Role
+    pod: PodFacts
+    runtime_dir: str
+    extra_args: str
+    extra_env: Mapping[str, str]
+
+    @property
+    def pool_name(self) -> str:
+        return self.role.pool
+
+    def env(self, *layers: Mapping[str, str]) -> dict[str, str]:
+        """Layers in order of increasing priority, LLMD_EXTRA_ENV last."""
+        merged: dict[str, str] = {}
+        for layer in (*layers, self.extra_env):
+            merged.update(layer)
+        return merged
+
+    def command(
+        self, prefix: list[str], args: list[Arg], owned: Mapping[str, str]
+    ) -> tuple[tuple[str, ...], list[str]]:
+        """The main process's argv: prefix, generated args, then LLMD_EXTRA_ARGS merged explicitly."""
+        merged, notes = merge_extra(args, split_extra_args(self.extra_args, EXTRA_ARGS), owned, EXTRA_ARGS)
+        return (*prefix, *flatten(merged)), notes
+
+    def plan(
+        self,
+        processes: list[ProcessSpec],
+        files: list[FileSpec] | None = None,
+        notes: list[str] | None = None,
+    ) -> Plan:
+        return Plan(
+            recipe=self.recipe.name,
+            role=self.role,
+            processes=tuple(processes),
+            files=tuple(files or ()),
+            notes=(*self.pod.notes, *(notes or ())),
+            placeholders=self.pod.placeholders,
+        )
+
+
+def owned_flags(fix: str, *keys: str) -> dict[str, str]:
+    return dict.fromkeys(keys, fix)

@@ -1,0 +1,129 @@
+"""derive_role: which job this pod does, from the pool and the LWS env alone. Pure; raises ConfigError."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from launcher.errors import ConfigError, Problem
+from launcher.plan import LEADER_PLACEHOLDER, POD_IP_PLACEHOLDER, Role, RoleKind
+from launcher.recipe import (
+    MooncakeDonorPool,
+    MooncakeMasterPool,
+    Pool,
+    Recipe,
+    SglangPool,
+    VllmPool,
+)
+from launcher.settings import Settings
+from roles import topology
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """The pod-specific values a plan needs, with placeholders where only the pod knows them."""
+
+    pod_ip: str
+    placeholders: tuple[str, ...]
+    notes: tuple[str, ...]
+
+
+def select_pool(settings: Settings, recipe: Recipe) -> tuple[str, Pool]:
+    name = settings.pool or recipe.default_pool
+    if name not in recipe.pools:
+        raise ConfigError.one(
+            "LLMD_POOL (--pool)",
+            f"recipe {recipe.name} has no pool {name!r}",
+            f"use one of {', '.join(recipe.pools)}",
+        )
+    return name, recipe.pools[name]
+
+
+def derive_role(settings: Settings, recipe: Recipe) -> tuple[Role, PodFacts]:
+    pool_name, pool = select_pool(settings, recipe)
+    if isinstance(pool, (MooncakeMasterPool, MooncakeDonorPool)):
+        return _service_role(settings, pool_name)
+    return _engine_role(settings, pool_name, pool)
+
+
+def _pod_ip(settings: Settings) -> tuple[str, list[str]]:
+    return (settings.pod_ip, []) if settings.pod_ip else (POD_IP_PLACEHOLDER, ["POD_IP"])
+
+
+def _service_role(settings: Settings, pool_name: str) -> tuple[Role, PodFacts]:
+    if settings.group_size not in (None, 1):
+        raise ConfigError.one(
+            "LWS_GROUP_SIZE",
+            f"is {settings.group_size}, but pool {pool_name} runs one pod per service",
+            "run it as a Deployment or DaemonSet, or an LWS of size 1",
+        )
+    pod_ip, placeholders = _pod_ip(settings)
+    return Role(pool_name, RoleKind.SERVICE), PodFacts(pod_ip, tuple(placeholders), ())
+
+
+def _engine_role(settings: Settings, pool_name: str, pool: VllmPool | SglangPool) -> tuple[Role, PodFacts]:
+    problems: list[Problem] = []
+    notes: list[str] = []
+    pod_ip, placeholders = _pod_ip(settings)
+
+    group_size = settings.group_size if settings.group_size is not None else pool.nodes
+    index = settings.worker_index if settings.worker_index is not None else 0
+    leader = settings.leader_address
+    if not settings.lws_env_present:
+        notes.append(f"no LWS env: planning worker {index} of a group of {group_size} (the recipe's size)")
+    if leader is None or leader == LEADER_PLACEHOLDER:
+        if leader is None and settings.lws_env_present and group_size > 1:
+            problems.append(
+                Problem(
+                    "LWS_LEADER_ADDRESS",
+                    f"is not set but the group has {group_size} pods",
+                    "run the pod under a LeaderWorkerSet, or set it to the leader pod's DNS name or IP",
+                )
+            )
+        leader = LEADER_PLACEHOLDER
+        placeholders.append("LWS_LEADER_ADDRESS")
+
+    if group_size != pool.nodes:
+        problems.append(
+            Problem(
+                "LWS_GROUP_SIZE",
+                f"is {group_size} but pool {pool_name} of recipe spans {pool.nodes} pods per group",
+                f"set leaderWorkerTemplate.size: {pool.nodes}, or change pools.{pool_name}.nodes",
+            )
+        )
+    if index >= group_size:
+        problems.append(
+            Problem(
+                "LWS_WORKER_INDEX",
+                f"is {index} but the group has only {group_size} pods (indices 0..{group_size - 1})",
+                "set it from the leaderworkerset.sigs.k8s.io/worker-index label",
+            )
+        )
+    if settings.tpu_worker_id is not None and settings.tpu_worker_id != index:
+        problems.append(
+            Problem(
+                "TPU_WORKER_ID",
+                f"is {settings.tpu_worker_id} but LWS_WORKER_INDEX is {index}; the TPU runtime and the "
+                "engine would disagree on this host's rank",
+                "make the leader request TPUs too (LWS shifts TPU ids when it does not) or fix the env",
+            )
+        )
+    if settings.gpus_per_node is not None:
+        devices, why = pool.devices_per_pod()
+        if devices != settings.gpus_per_node:
+            problems.append(
+                Problem(
+                    "LLMD_GPUS_PER_NODE",
+                    f"is {settings.gpus_per_node} but pool {pool_name} needs {devices} per pod ({why})",
+                    f"change pools.{pool_name} parallelism or the pod's accelerator request",
+                )
+            )
+    if problems:
+        raise ConfigError(problems)
+
+    if isinstance(pool, VllmPool) and pool.layout == "data-parallel":
+        ranks = topology.dp_rank_range(index, pool.local_ranks)
+        role = Role(pool_name, RoleKind.DP_RANKS, index, group_size, leader, ranks.start, pool.local_ranks)
+    else:
+        kind = RoleKind.LEADER if index == 0 else RoleKind.WORKER
+        role = Role(pool_name, kind, index, group_size, leader)
+    return role, PodFacts(pod_ip, tuple(placeholders), tuple(notes))

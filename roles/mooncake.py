@@ -1,0 +1,60 @@
+"""Mooncake store services: the master (RPC + embedded HTTP metadata server) and DRAM donors."""
+
+from __future__ import annotations
+
+from launcher.plan import HttpCheck, Plan, PortSpec, ProcessSpec
+from launcher.recipe import Args, MooncakeDonorPool, MooncakeMasterPool
+from roles.args import args_from
+from roles.context import BuildContext, owned_flags
+
+_MASTER_OWNED = owned_flags(
+    "set it in the recipe's mooncake-master pool",
+    "port",
+    "rpc-port",
+    "metrics-port",
+    "http-metadata-server-port",
+)
+_DONOR_OWNED = owned_flags("set it in the recipe's mooncake-donor pool", "host", "port", "http-port")
+
+
+def build_master_plan(ctx: BuildContext, pool: MooncakeMasterPool) -> Plan:
+    flags: Args = {"port": pool.port, "metrics_port": pool.metrics_port}
+    ports = [PortSpec(pool.port, "rpc"), PortSpec(pool.metrics_port, "metrics")]
+    if pool.http_metadata_port is not None:
+        flags |= {"enable_http_metadata_server": True, "http_metadata_server_port": pool.http_metadata_port}
+        ports.append(PortSpec(pool.http_metadata_port, "http-metadata"))
+    argv, notes = ctx.command([pool.binary], args_from({**flags, **pool.args}, style="gflags"), _MASTER_OWNED)
+    master = ProcessSpec(
+        name="mooncake-master",
+        argv=argv,
+        env=ctx.env(pool.env),
+        critical=True,
+        ports=tuple(ports),
+        health=HttpCheck(pool.metrics_port, "/health"),
+    )
+    return ctx.plan([master], notes=notes)
+
+
+def build_donor_plan(ctx: BuildContext, pool: MooncakeDonorPool) -> Plan:
+    flags: Args = {
+        "host": ctx.pod.pod_ip,  # the address the donated segment is registered under
+        "port": pool.port,
+        "master_server_address": pool.master,
+        "metadata_server": pool.metadata_server,
+        "protocol": pool.protocol,
+        "device_names": pool.device_names,
+        "global_segment_size": pool.global_segment_size,
+        "enable_http_server": True,  # its /health exists only with the HTTP server on
+        "http_port": pool.http_port,
+        **pool.args,
+    }
+    argv, notes = ctx.command([pool.binary], args_from(flags, style="gflags"), _DONOR_OWNED)
+    donor = ProcessSpec(
+        name="mooncake-donor",
+        argv=argv,
+        env=ctx.env(pool.env),
+        critical=True,
+        ports=(PortSpec(pool.port, "rpc"), PortSpec(pool.http_port, "http")),
+        health=HttpCheck(pool.http_port, "/health"),
+    )
+    return ctx.plan([donor], notes=notes)

