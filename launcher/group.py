@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from launcher.plan import LEADER_PLACEHOLDER, Plan
+from launcher.plan import LEADER_PLACEHOLDER, POD_IP_PLACEHOLDER, Plan
 from launcher.recipe import MooncakeDonorPool, MooncakeMasterPool, Recipe
 from launcher.settings import Settings
 
@@ -39,7 +39,9 @@ def plan_group(settings: Settings, recipe: Recipe) -> GroupReport:
 
     _, pool = select_pool(settings, recipe)
     if isinstance(pool, (MooncakeMasterPool, MooncakeDonorPool)):  # one pod, not an LWS group
-        plans: tuple[Plan, ...] = (build_plan(settings.model_copy(update={"pod_ip": None}), recipe),)
+        plans: tuple[Plan, ...] = (
+            build_plan(settings.model_copy(update={"pod_ip": POD_IP_PLACEHOLDER}), recipe),
+        )
     else:
         # Pod IPs differ per pod, so every pod shows its own as $(POD_IP).
         size = settings.group_size or pool.nodes
@@ -47,7 +49,12 @@ def plan_group(settings: Settings, recipe: Recipe) -> GroupReport:
         plans = tuple(
             build_plan(
                 settings.model_copy(
-                    update={"group_size": size, "leader_address": leader, "pod_ip": None, "worker_index": i}
+                    update={
+                        "group_size": size,
+                        "leader_address": leader,
+                        "pod_ip": POD_IP_PLACEHOLDER,
+                        "worker_index": i,
+                    }
                 ),
                 recipe,
             )

@@ -170,8 +170,8 @@ def _sh_command(p: ProcessSpec, background: bool) -> str:
     return ("" if background else "exec ") + " \\\n    ".join(lines) + (" &" if background else "")
 
 
-def render_shell(plan: Plan) -> str:
-    out = ["#!/bin/sh", f"# {_headline(plan)}", *(f"# note: {n}" for n in plan.notes), "set -eu"]
+def _shell_body(plan: Plan) -> list[str]:
+    out = []
     for f in plan.files:
         delimiter = "LLMD_EOF"
         out += [
@@ -179,16 +179,33 @@ def render_shell(plan: Plan) -> str:
             f"cat > {_sh_word(f.path)} <<'{delimiter}'",
         ]
         out += [f.content.rstrip("\n"), delimiter, f"chmod {f.mode:04o} {_sh_word(f.path)}"]
-    sidecars = [p for p in plan.processes if not p.critical]
-    for p in sidecars:
-        out += [f"# {p.name}: sidecar (the launcher restarts it with backoff; here it just runs)"]
-        out.append(_sh_command(p, background=True))
+    for p in plan.processes:
+        if not p.critical:
+            out += [f"# {p.name}: sidecar (the launcher restarts it with backoff; here it just runs)"]
+            out.append(_sh_command(p, background=True))
     for p in plan.processes:
         if p.critical:
             out += [f"# {p.name}: critical (its exit ends the pod)"]
             out.append(_sh_command(p, background=False))
-    return "\n".join(out) + "\n"
+    return out
+
+
+def render_shell(plan: Plan) -> str:
+    head = ["#!/bin/sh", f"# {_headline(plan)}", *(f"# note: {n}" for n in plan.notes), "set -eu"]
+    return "\n".join([*head, *_shell_body(plan)]) + "\n"
 
 
 def render_group_shell(report: GroupReport) -> str:
-    return "\n".join(f"# ---- pod {p.role.worker_index} ----\n{render_shell(p)}" for p in report.plans)
+    """One script for every pod of the group: each pod runs the branch of its LWS_WORKER_INDEX."""
+    out = [
+        "#!/bin/sh",
+        f"# {report.plans[0].recipe}: every pod of one {report.plans[0].role.pool} group",
+        "set -eu",
+    ]
+    if len(report.plans) == 1:
+        return "\n".join([*out, *_shell_body(report.plans[0])]) + "\n"
+    out.append('case "${LWS_WORKER_INDEX:?LWS_WORKER_INDEX is not set}" in')
+    for plan in report.plans:
+        out += [f"{plan.role.worker_index})", f"# {_headline(plan)}", *_shell_body(plan), ";;"]
+    out += ['*) echo "LWS_WORKER_INDEX=$LWS_WORKER_INDEX is outside this group" >&2; exit 2 ;;', "esac"]
+    return "\n".join(out) + "\n"

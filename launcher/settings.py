@@ -5,9 +5,10 @@ Precedence: CLI flags > environment > the `launcher:` section of the recipe file
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Any
 
-from pydantic import AliasChoices, Field, ValidationError
+from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -58,6 +59,13 @@ class Settings(BaseSettings):
     extra_args: str = ""
     extra_env: dict[str, str] = {}
     runtime_dir: str = "/tmp/llm-d-launcher"
+
+    @field_validator("pod_ip")
+    @classmethod
+    def _pod_ip_is_an_ip(cls, value: str | None) -> str | None:
+        if value is not None:
+            ipaddress.ip_address(value)  # ValueError names the bad value
+        return value
 
     @classmethod
     def settings_customise_sources(
@@ -126,7 +134,8 @@ def setting_label(field: str) -> str:
     info = Settings.model_fields.get(field)
     alias = info.validation_alias if info else None
     env = alias.choices[0] if isinstance(alias, AliasChoices) else f"LLMD_{field.upper()}"
-    return f"{env} (--{field.replace('_', '-')})"
+    flag = "--env" if field == "extra_env" else f"--{field.replace('_', '-')}"
+    return f"{env} ({flag})"
 
 
 _FIXES = {
@@ -134,6 +143,7 @@ _FIXES = {
     "leaderworkerset.sigs.k8s.io/worker-index label)",
     "group_size": "set it to the LWS group size, a positive integer (leaderWorkerTemplate.size)",
     "tpu_worker_id": "it must be a non-negative integer (LWS injects it on TPU pods)",
+    "pod_ip": "set it from the downward API (fieldRef: status.podIP)",
     "gpus_per_node": "set it to the number of accelerator devices in the pod, a positive integer",
     "extra_env": 'give a JSON object of strings, e.g. {"VLLM_LOGGING_LEVEL": "DEBUG"}',
 }
@@ -161,7 +171,7 @@ def load_settings(**cli: Any) -> Settings:
             problems.append(
                 Problem(
                     setting_label(field),
-                    f"{err['msg'].lower()} (got {shown})",
+                    f"{err['msg'].removeprefix('Value error, ').lower()} (got {shown})",
                     _FIXES.get(field, "correct the value"),
                 )
             )

@@ -96,7 +96,7 @@ def merge_extra(
     notes: list[str] = []
     problems = []
     for extra_arg in extra:
-        flag = extra_arg.tokens[0]
+        flag = extra_arg.tokens[0].split("=", 1)[0]  # never echo a value: it may be the secret
         if is_secret_flag(extra_arg.key):
             problems.append(
                 Problem(

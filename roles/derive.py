@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass
 
 from launcher.errors import ConfigError, Problem
@@ -46,7 +47,30 @@ def derive_role(settings: Settings, recipe: Recipe) -> tuple[Role, PodFacts]:
 
 
 def _pod_ip(settings: Settings) -> tuple[str, list[str]]:
-    return (settings.pod_ip, []) if settings.pod_ip else (POD_IP_PLACEHOLDER, ["POD_IP"])
+    """`plan --group` passes the placeholder itself: each pod's IP is its own."""
+    if settings.pod_ip in (None, POD_IP_PLACEHOLDER):
+        return POD_IP_PLACEHOLDER, ["POD_IP"]
+    return settings.pod_ip, []
+
+
+def _address_notes(settings: Settings, leader: str | None) -> list[str]:
+    notes = []
+    if settings.lws_env_present and settings.pod_ip is None:
+        notes.append("POD_IP is not set: shown as $(POD_IP); give the pod POD_IP from fieldRef status.podIP")
+    if leader and leader != LEADER_PLACEHOLDER and not _is_ip(leader):
+        notes.append(
+            f"LWS_LEADER_ADDRESS {leader} is a DNS name, shown unresolved; ZMQ and NCCL need an IP, so it "
+            "is resolved inside the pod before the engine starts"
+        )
+    return notes
+
+
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
 
 
 def _service_role(settings: Settings, pool_name: str) -> tuple[Role, PodFacts]:
@@ -86,7 +110,7 @@ def _engine_role(settings: Settings, pool_name: str, pool: VllmPool | SglangPool
         problems.append(
             Problem(
                 "LWS_GROUP_SIZE",
-                f"is {group_size} but pool {pool_name} of recipe spans {pool.nodes} pods per group",
+                f"is {group_size} but pool {pool_name} of the recipe spans {pool.nodes} pods per group",
                 f"set leaderWorkerTemplate.size: {pool.nodes}, or change pools.{pool_name}.nodes",
             )
         )
@@ -119,6 +143,7 @@ def _engine_role(settings: Settings, pool_name: str, pool: VllmPool | SglangPool
             )
     if problems:
         raise ConfigError(problems)
+    notes += _address_notes(settings, settings.leader_address if group_size > 1 else None)
 
     if isinstance(pool, VllmPool) and pool.layout == "data-parallel":
         ranks = topology.dp_rank_range(index, pool.local_ranks)

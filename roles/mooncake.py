@@ -18,12 +18,13 @@ _DONOR_OWNED = owned_flags("set it in the recipe's mooncake-donor pool", "host",
 
 
 def build_master_plan(ctx: BuildContext, pool: MooncakeMasterPool) -> Plan:
-    flags: Args = {"port": pool.port, "metrics_port": pool.metrics_port}
+    flags: Args = {"port": pool.port}
     ports = [PortSpec(pool.port, "rpc"), PortSpec(pool.metrics_port, "metrics")]
     if pool.http_metadata_port is not None:
         flags |= {"enable_http_metadata_server": True, "http_metadata_server_port": pool.http_metadata_port}
         ports.append(PortSpec(pool.http_metadata_port, "http-metadata"))
-    argv, notes = ctx.command([pool.binary], args_from({**flags, **pool.args}, style="gflags"), _MASTER_OWNED)
+    flags |= {**pool.args, "metrics_port": pool.metrics_port}
+    argv, notes = ctx.command([pool.binary], args_from(flags, style="gflags"), _MASTER_OWNED)
     master = ProcessSpec(
         name="mooncake-master",
         argv=argv,

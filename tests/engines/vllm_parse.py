@@ -140,8 +140,8 @@ def check(argv):
             "args": json.loads(json.dumps(shown, default=str)),
         }
     except SystemExit as exc:
-        lines = err.getvalue().strip().splitlines()
-        return {"ok": False, "error": f"exit {exc.code}: {lines[-1] if lines else ''}"}
+        lines = [line for line in err.getvalue().splitlines() if "error" in line.lower()]
+        return {"ok": False, "error": f"exit {exc.code}: {' | '.join(lines[:3])}"}
     except Exception as exc:
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     return {"ok": False, "error": "vLLM returned without launching anything"}

