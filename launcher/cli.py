@@ -117,18 +117,13 @@ def _cmd_plan(ns: argparse.Namespace) -> int:
         from launcher.group import plan_group
 
         report = plan_group(settings, recipe)
-        if ns.format == "json":
-            sys.stdout.write(render.render_json(render.group_to_dict(report)))
-        elif ns.format == "shell":
-            sys.stdout.write(render.render_group_shell(report))
-        else:
-            sys.stdout.write(render.render_group_text(report))
-        if not report.ok:
+        sys.stdout.write(render.render_group(report, ns.format))
+        failed = [c for c in report.checks if not c.ok]
+        if failed:
             raise ConfigError(
                 [
                     Problem("plan --group", f"{c.name} check failed: {c.detail}", "fix the recipe")
-                    for c in report.checks
-                    if not c.ok
+                    for c in failed
                 ]
             )
         return 0
@@ -136,14 +131,9 @@ def _cmd_plan(ns: argparse.Namespace) -> int:
     from roles import build_plan
 
     plan = build_plan(settings, recipe)
-    if ns.format == "json":
-        sys.stdout.write(render.render_json(render.plan_to_dict(plan)))
-    elif ns.format == "shell":
-        sys.stdout.write(render.render_shell(plan))
-    else:
-        sys.stdout.write(render.render_text(plan))
-    for note in plan.notes:  # stdout stays machine-readable; the one-line notices go to stderr
-        if ns.format != "text":
+    sys.stdout.write(render.render_plan(plan, ns.format))
+    if ns.format != "text":  # stdout stays machine-readable; the one-line notices go to stderr
+        for note in plan.notes:
             print(f"note: {note}", file=sys.stderr)
     return 0
 

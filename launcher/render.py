@@ -209,3 +209,15 @@ def render_group_shell(report: GroupReport) -> str:
         out += [f"{plan.role.worker_index})", f"# {_headline(plan)}", *_shell_body(plan), ";;"]
     out += ['*) echo "LWS_WORKER_INDEX=$LWS_WORKER_INDEX is outside this group" >&2; exit 2 ;;', "esac"]
     return "\n".join(out) + "\n"
+
+
+def render_plan(plan: Plan, fmt: str) -> str:
+    if fmt == "json":
+        return render_json(plan_to_dict(plan))
+    return render_shell(plan) if fmt == "shell" else render_text(plan)
+
+
+def render_group(report: GroupReport, fmt: str) -> str:
+    if fmt == "json":
+        return render_json(group_to_dict(report))
+    return render_group_shell(report) if fmt == "shell" else render_group_text(report)

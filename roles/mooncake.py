@@ -24,16 +24,9 @@ def build_master_plan(ctx: BuildContext, pool: MooncakeMasterPool) -> Plan:
         flags |= {"enable_http_metadata_server": True, "http_metadata_server_port": pool.http_metadata_port}
         ports.append(PortSpec(pool.http_metadata_port, "http-metadata"))
     flags |= {**pool.args, "metrics_port": pool.metrics_port}
-    argv, notes = ctx.command([pool.binary], args_from(flags, style="gflags"), _MASTER_OWNED)
-    master = ProcessSpec(
-        name="mooncake-master",
-        argv=argv,
-        env=ctx.env(pool.env),
-        critical=True,
-        ports=tuple(ports),
-        health=HttpCheck(pool.metrics_port, "/health"),
+    return _service_plan(
+        ctx, "mooncake-master", pool.binary, flags, _MASTER_OWNED, ports, pool.metrics_port, pool.env
     )
-    return ctx.plan([master], notes=notes)
 
 
 def build_donor_plan(ctx: BuildContext, pool: MooncakeDonorPool) -> Plan:
@@ -49,13 +42,30 @@ def build_donor_plan(ctx: BuildContext, pool: MooncakeDonorPool) -> Plan:
         "http_port": pool.http_port,
         **pool.args,
     }
-    argv, notes = ctx.command([pool.binary], args_from(flags, style="gflags"), _DONOR_OWNED)
-    donor = ProcessSpec(
-        name="mooncake-donor",
-        argv=argv,
-        env=ctx.env(pool.env),
-        critical=True,
-        ports=(PortSpec(pool.port, "rpc"), PortSpec(pool.http_port, "http")),
-        health=HttpCheck(pool.http_port, "/health"),
+    ports = [PortSpec(pool.port, "rpc"), PortSpec(pool.http_port, "http")]
+    return _service_plan(
+        ctx, "mooncake-donor", pool.binary, flags, _DONOR_OWNED, ports, pool.http_port, pool.env
     )
-    return ctx.plan([donor], notes=notes)
+
+
+def _service_plan(
+    ctx: BuildContext,
+    name: str,
+    binary: str,
+    flags: Args,
+    owned: dict[str, str],
+    ports: list[PortSpec],
+    health_port: int,
+    env: dict[str, str],
+) -> Plan:
+    """One critical gflags binary whose /health is served on health_port."""
+    argv, notes = ctx.command([binary], args_from(flags, style="gflags"), owned)
+    process = ProcessSpec(
+        name=name,
+        argv=argv,
+        env=ctx.env(env),
+        critical=True,
+        ports=tuple(ports),
+        health=HttpCheck(health_port, "/health"),
+    )
+    return ctx.plan([process], notes=notes)

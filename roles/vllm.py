@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from launcher.plan import FileSpec, HttpCheck, Plan, PortSpec, ProcessSpec, RoleKind
 from launcher.recipe import VllmPool
-from roles.args import Arg, arg, args_from, to_json
+from roles.args import Arg, arg, args_from, flatten, to_json
 from roles.connectors import kv_events_topic, mooncake_store_file, nixl_env, vllm_kv_events_config
 from roles.context import BuildContext, owned_flags
 
@@ -19,35 +19,15 @@ RENDER = ["vllm", "launch", "render"]
 MASTER_PORT_DEFAULT = 29501  # vLLM's --master-port default (REFERENCE.md §2.2)
 
 # Flags the launcher derives; LLMD_EXTRA_ARGS may not set them (short aliases included).
+# fmt: off
 _TOPOLOGY_FLAGS = (
-    "nnodes",
-    "n",
-    "node-rank",
-    "r",
-    "master-addr",
-    "headless",
-    "data-parallel-size",
-    "dp",
-    "data-parallel-size-local",
-    "dpl",
-    "data-parallel-start-rank",
-    "dpr",
-    "data-parallel-address",
-    "dpa",
-    "data-parallel-rpc-port",
-    "dpp",
-    "data-parallel-multi-port-external-lb",
-    "dpm",
-    "data-parallel-supervisor-port",
-    "data-parallel-rank",
-    "dpn",
-    "data-parallel-external-lb",
-    "dpe",
-    "data-parallel-hybrid-lb",
-    "dph",
-    "api-server-count",
-    "asc",
+    "nnodes", "n", "node-rank", "r", "master-addr", "headless", "data-parallel-size", "dp",
+    "data-parallel-size-local", "dpl", "data-parallel-start-rank", "dpr", "data-parallel-address", "dpa",
+    "data-parallel-rpc-port", "dpp", "data-parallel-multi-port-external-lb", "dpm",
+    "data-parallel-supervisor-port", "data-parallel-rank", "dpn", "data-parallel-external-lb", "dpe",
+    "data-parallel-hybrid-lb", "dph", "api-server-count", "asc",
 )
+# fmt: on
 _OWNED = {
     **owned_flags("it follows the LWS env; change the recipe's topology instead", *_TOPOLOGY_FLAGS),
     **owned_flags("set the pool's master_port in the recipe", "master-port"),
@@ -102,11 +82,7 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
         processes.append(
             ProcessSpec(
                 name="render",
-                argv=(
-                    *RENDER,
-                    model.path,
-                    *(t for a in [*render_args, *args_from(pool.render.args)] for t in a.tokens),
-                ),
+                argv=(*RENDER, model.path, *flatten([*render_args, *args_from(pool.render.args)])),
                 env=ctx.env(ctx.recipe.env, pool.env),
                 critical=False,
                 ports=(PortSpec(pool.render.port, "render"),),
@@ -192,7 +168,7 @@ def _disagg_sidecar(pool: VllmPool, ctx: BuildContext) -> ProcessSpec:
         **sidecar.args,
     }
     # Go's flag package needs --flag=value for booleans; use that form for every flag.
-    argv = (sidecar.binary, *(t for a in args_from(args, style="gflags") for t in a.tokens))
+    argv = (sidecar.binary, *flatten(args_from(args, style="gflags")))
     return ProcessSpec(
         name="disagg-sidecar",
         argv=argv,

