@@ -12,7 +12,7 @@ import pytest
 from launcher.recipe import load_recipe
 from launcher.settings import Settings
 from roles import build_plan
-from tests.engines.conftest import VENVS, engine_bin, run_checker
+from tests.engines.engine_venvs import VENVS, engine_bin, run_checker
 
 pytestmark = pytest.mark.engines
 KIMI = load_recipe("kimi-k3.1-pro", None)

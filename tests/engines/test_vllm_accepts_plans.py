@@ -14,7 +14,7 @@ from launcher.group import plan_group
 from launcher.plan import Plan
 from launcher.recipe import builtin_recipe_names, load_recipe, validate_recipe
 from launcher.settings import Settings
-from tests.engines.conftest import run_checker
+from tests.engines.engine_venvs import run_checker
 
 pytestmark = pytest.mark.engines
 

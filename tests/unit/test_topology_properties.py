@@ -49,7 +49,7 @@ def test_dp_ranks_cover_group_once_and_kv_events_land_on_base_plus_local_rank(
     recipe = dp_recipe(nodes, local)
     report = plan_group(Settings(leader_address="l-0.l", pod_ip="10.0.0.1"), recipe)
     assert report.ok, report.checks
-    owned = []
+    owned: list[int] = []
     for plan in report.plans:
         argv = plan.engine.argv
         start = int(flag_values(argv, "--data-parallel-start-rank")[0])
