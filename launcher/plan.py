@@ -27,24 +27,14 @@ class Role:
     worker_index: int = 0
     group_size: int = 1
     leader_address: str | None = None
-    dp_start: int | None = None
-    dp_local: int | None = None
+    dp_ranks: range | None = None  # the global DP ranks this pod owns (data-parallel pools)
+    dp_size: int | None = None  # DP ranks in the whole group
 
     @property
     def name(self) -> str:
         if self.kind in (RoleKind.LEADER, RoleKind.WORKER):
             return f"{self.pool}-{self.kind.value}"
         return self.pool
-
-    @property
-    def dp_size(self) -> int | None:
-        return None if self.dp_local is None else self.dp_local * self.group_size
-
-    @property
-    def dp_ranks(self) -> range | None:
-        if self.dp_start is None or self.dp_local is None:
-            return None
-        return range(self.dp_start, self.dp_start + self.dp_local)
 
 
 @dataclass(frozen=True)

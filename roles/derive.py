@@ -147,7 +147,8 @@ def _engine_role(settings: Settings, pool_name: str, pool: VllmPool | SglangPool
 
     if isinstance(pool, VllmPool) and pool.layout == "data-parallel":
         ranks = topology.dp_rank_range(index, pool.local_ranks)
-        role = Role(pool_name, RoleKind.DP_RANKS, index, group_size, leader, ranks.start, pool.local_ranks)
+        size = topology.dp_size(group_size, pool.local_ranks)
+        role = Role(pool_name, RoleKind.DP_RANKS, index, group_size, leader, ranks, size)
     else:
         kind = RoleKind.LEADER if index == 0 else RoleKind.WORKER
         role = Role(pool_name, kind, index, group_size, leader)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from launcher.plan import FileSpec, HttpCheck, Plan, PortSpec, ProcessSpec, RoleKind
 from launcher.recipe import VllmPool
+from roles import topology
 from roles.args import Arg, arg, args_from, flatten, to_json
 from roles.connectors import kv_events_topic, mooncake_store_file, nixl_env, vllm_kv_events_config
 from roles.context import BuildContext, owned_flags
@@ -41,7 +42,7 @@ _OWNED = {
 def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
     role = ctx.role
     model = ctx.recipe.model_for(pool)
-    start_rank = role.dp_start or 0
+    start_rank = role.dp_ranks.start if role.dp_ranks else 0
     serves = role.kind != RoleKind.WORKER  # headless workers run no API server and no scheduler
 
     args: list[Arg] = []
@@ -112,8 +113,8 @@ def _topology_args(pool: VllmPool, ctx: BuildContext) -> list[Arg]:
         return out
     out = [
         *arg("data-parallel-size", role.dp_size),
-        *arg("data-parallel-size-local", role.dp_local),
-        *arg("data-parallel-start-rank", role.dp_start),
+        *arg("data-parallel-size-local", pool.local_ranks),
+        *arg("data-parallel-start-rank", role.dp_ranks.start if role.dp_ranks else None),
     ]
     if multi:
         out += [*arg("data-parallel-address", leader), *arg("data-parallel-rpc-port", pool.dp_rpc_port)]
@@ -131,7 +132,9 @@ def _engine_ports(pool: VllmPool, ctx: BuildContext) -> list[PortSpec]:
     if local == 1:
         ports = [PortSpec(pool.port, "http")]
     else:
-        ports = [PortSpec(pool.port + i, f"http-rank{i}") for i in range(local)]
+        ports = [
+            PortSpec(p, f"http-rank{i}") for i, p in enumerate(topology.local_rank_ports(pool.port, local))
+        ]
     if pool.supervisor_port:
         ports.append(PortSpec(pool.supervisor_port, "dp-supervisor"))
     if role.worker_index == 0 and role.group_size > 1:
@@ -140,12 +143,14 @@ def _engine_ports(pool: VllmPool, ctx: BuildContext) -> list[PortSpec]:
         elif pool.dp_rpc_port:
             ports.append(PortSpec(pool.dp_rpc_port, "dp-rpc"))
     if pool.kv_events:
-        # Each local rank publishes on port + local index (the base is compensated for the start rank).
+        # The endpoint base is compensated for the start rank, so the pod serves port + local rank.
         for first, label in ((pool.kv_events.port, "kv-events"), (pool.kv_events.replay_port, "kv-replay")):
             if first is not None:
-                ports += [PortSpec(first + i, f"{label}-rank{r}") for i, r in enumerate(ranks)]
+                local_ports = topology.local_rank_ports(first, local)
+                ports += [PortSpec(p, f"{label}-rank{r}") for r, p in zip(ranks, local_ports, strict=True)]
     if pool.nixl:
-        ports += [PortSpec(pool.nixl.side_channel_port + r, f"nixl-rank{r}") for r in ranks]
+        nixl_ports = topology.global_rank_ports(pool.nixl.side_channel_port, ranks)
+        ports += [PortSpec(p, f"nixl-rank{r}") for r, p in zip(ranks, nixl_ports, strict=True)]
     return ports
 
 
@@ -174,6 +179,9 @@ def _disagg_sidecar(pool: VllmPool, ctx: BuildContext) -> ProcessSpec:
         argv=argv,
         env=ctx.env(),
         critical=False,
-        ports=tuple(PortSpec(sidecar.port + i, f"sidecar-rank{i}") for i in range(local)),
+        ports=tuple(
+            PortSpec(p, f"sidecar-rank{i}")
+            for i, p in enumerate(topology.local_rank_ports(sidecar.port, local))
+        ),
         health=HttpCheck(sidecar.port, "/health"),
     )
