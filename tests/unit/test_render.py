@@ -155,3 +155,14 @@ def test_group_shell_refuses_a_pod_outside_the_group(run_cli: Any) -> None:
     env = {"PATH": "/usr/bin:/bin", "LWS_WORKER_INDEX": "4", "POD_IP": "10.0.0.1"}
     proc = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, check=False)
     assert proc.returncode == 2 and "outside this group" in proc.stderr
+
+
+def test_readme_group_example_is_what_plan_prints(run_cli: Any) -> None:
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    section = readme.split("## Example: `plan --group` for one prefill group", 1)[1]
+    command = section.split("`")[1]  # `LWS_...=... llm-d-launcher plan --group`
+    block = section.split("```\n")[1]
+    env = dict(item.split("=", 1) for item in command.split() if "=" in item)
+    code, out, _ = run_cli("plan", "--group", env=env)
+    assert code == 0
+    assert block == out
