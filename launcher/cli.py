@@ -106,18 +106,13 @@ def _cmd_plan(ns: argparse.Namespace) -> int:
     from launcher.settings import load_settings
 
     settings = load_settings(**_cli_settings(ns))
-    recipe = load_recipe(settings.recipe, settings.recipe_file)
-    if settings.recipe_file and "recipe" in settings.model_fields_set and settings.recipe != recipe.name:
-        raise ConfigError.one(
-            "LLMD_RECIPE",
-            f"is {settings.recipe!r} but LLMD_RECIPE_FILE holds recipe {recipe.name!r}",
-            "unset one of them",
-        )
+    recipe = load_recipe(settings.recipe_source, name_given="recipe" in settings.model_fields_set)
     if ns.group:
         from launcher.group import plan_group
 
         report = plan_group(settings, recipe)
         sys.stdout.write(render.render_group(report, ns.format))
+        _notes_to_stderr(report.notes, ns.format)
         failed = [c for c in report.checks if not c.ok]
         if failed:
             raise ConfigError(
@@ -132,17 +127,22 @@ def _cmd_plan(ns: argparse.Namespace) -> int:
 
     plan = build_plan(settings, recipe)
     sys.stdout.write(render.render_plan(plan, ns.format))
-    if ns.format != "text":  # stdout stays machine-readable; the one-line notices go to stderr
-        for note in plan.notes:
-            print(f"note: {note}", file=sys.stderr)
+    _notes_to_stderr(plan.notes, ns.format)
     return 0
 
 
+def _notes_to_stderr(notes: Sequence[str], fmt: str) -> None:
+    """Text output carries its notes; shell and JSON stdout stay machine-readable, notes go to stderr."""
+    if fmt != "text":
+        for note in notes:
+            print(f"note: {note}", file=sys.stderr)
+
+
 def _cmd_recipes() -> int:
-    from launcher.recipe import builtin_recipe_names, load_recipe
+    from launcher.recipe import RecipeSource, builtin_recipe_names, load_recipe
 
     for name in builtin_recipe_names():
-        recipe = load_recipe(name, None)
+        recipe = load_recipe(RecipeSource(name, None))
         pools = ", ".join(f"{p} ({pool.kind})" for p, pool in recipe.pools.items())
         print(f"{name}: {pools}")
     return 0

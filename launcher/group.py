@@ -11,8 +11,8 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from launcher.plan import LEADER_PLACEHOLDER, POD_IP_PLACEHOLDER, Plan
-from launcher.recipe import MooncakeDonorPool, MooncakeMasterPool, Recipe
+from launcher.plan import Plan
+from launcher.recipe import Recipe
 from launcher.settings import Settings
 
 
@@ -32,37 +32,29 @@ class GroupReport:
     def ok(self) -> bool:
         return all(c.ok for c in self.checks)
 
+    @property
+    def notes(self) -> list[str]:
+        return list(dict.fromkeys(n for p in self.plans for n in p.notes))
+
 
 def plan_group(settings: Settings, recipe: Recipe) -> GroupReport:
     from roles import build_plan
     from roles.derive import select_pool
 
     _, pool = select_pool(settings, recipe)
-    if isinstance(pool, (MooncakeMasterPool, MooncakeDonorPool)):  # one pod, not an LWS group
-        plans: tuple[Plan, ...] = (
-            build_plan(settings.model_copy(update={"pod_ip": POD_IP_PLACEHOLDER}), recipe),
-        )
-    else:
-        # Pod IPs differ per pod, so every pod shows its own as $(POD_IP).
-        size = settings.group_size or pool.nodes
-        leader = settings.leader_address or LEADER_PLACEHOLDER
-        plans = tuple(
-            build_plan(
-                settings.model_copy(
-                    update={
-                        "group_size": size,
-                        "leader_address": leader,
-                        "pod_ip": POD_IP_PLACEHOLDER,
-                        "worker_index": i,
-                    }
-                ),
-                recipe,
+    size = settings.group_size if settings.group_size is not None else pool.nodes
+    plans = tuple(build_plan(settings, recipe, group_member=i) for i in range(size))
+    checks = []
+    for check in (check_ranks, check_ports, check_agreement, check_kv_events):
+        try:
+            checks.append(check(plans))
+        except (ValueError, KeyError, TypeError, IndexError) as exc:  # a malformed flag value in a recipe
+            checks.append(
+                GroupCheck(
+                    check.__name__.removeprefix("check_").replace("_", "-"), False, f"unreadable: {exc!r}"
+                )
             )
-            for i in range(size)
-        )
-    return GroupReport(
-        plans, (check_ranks(plans), check_ports(plans), check_agreement(plans), check_kv_events(plans))
-    )
+    return GroupReport(plans, tuple(checks))
 
 
 def flag_values(argv: Sequence[str], flag: str) -> list[str]:
@@ -76,30 +68,29 @@ def flag_values(argv: Sequence[str], flag: str) -> list[str]:
     return out
 
 
-def _int_flag(plan: Plan, flag: str, default: int | None = None) -> int | None:
+def _int_flag(plan: Plan, flag: str, default: int) -> int:
     values = flag_values(plan.engine.argv, flag)
     return int(values[-1]) if values else default
 
 
 def check_ranks(plans: Sequence[Plan]) -> GroupCheck:
     owned: list[int] = []
-    sizes: set[int | None] = set()
+    sizes: set[int] = set()
     if any("--data-parallel-size" in p.engine.argv for p in plans):
         what = "DP ranks"
         for p in plans:
-            start = _int_flag(p, "--data-parallel-start-rank", 0) or 0
-            local = _int_flag(p, "--data-parallel-size-local", 1) or 1
-            owned += range(start, start + local)
-            sizes.add(_int_flag(p, "--data-parallel-size"))
+            start = _int_flag(p, "--data-parallel-start-rank", 0)
+            owned += range(start, start + _int_flag(p, "--data-parallel-size-local", 1))
+            sizes.add(_int_flag(p, "--data-parallel-size", 0))
     else:
         what = "node ranks"
         for p in plans:
-            owned.append(_int_flag(p, "--node-rank", 0) or 0)
+            owned.append(_int_flag(p, "--node-rank", 0))
             sizes.add(_int_flag(p, "--nnodes", 1))
-    total = sizes.pop() if len(sizes) == 1 else None
+    if len(sizes) != 1:
+        return GroupCheck("ranks", False, f"pods disagree on the number of {what}: {sorted(sizes)}")
+    total = sizes.pop()
     counts = Counter(owned)
-    if total is None:
-        return GroupCheck("ranks", False, f"pods disagree on the number of {what}: {sorted(map(str, sizes))}")
     missing = sorted(set(range(total)) - set(counts))
     doubled = sorted(r for r, n in counts.items() if n > 1)
     stray = sorted(r for r in counts if not 0 <= r < total)
@@ -128,29 +119,23 @@ def check_ports(plans: Sequence[Plan]) -> GroupCheck:
     )
 
 
-_AGREE = (
-    "--master-addr",
-    "--data-parallel-address",
-    "--dist-init-addr",
-    "--nnodes",
-    "--data-parallel-size",
-    "--tensor-parallel-size",
-    "--tp-size",
-    "--data-parallel-rpc-port",
+_LEADER_FLAGS = ("--master-addr", "--data-parallel-address", "--dist-init-addr")
+_SIZE_FLAGS = (
+    "--nnodes", "--data-parallel-size", "--tensor-parallel-size", "--tp-size", "--data-parallel-rpc-port",
     "--master-port",
-)
+)  # fmt: skip
 
 
 def check_agreement(plans: Sequence[Plan]) -> GroupCheck:
     """Every pod must name the same leader and the same sizes; headless pods share the leader's args."""
     disagreements = []
-    for flag in _AGREE:
+    for flag in (*_LEADER_FLAGS, *_SIZE_FLAGS):
         values = {p.role.worker_index: tuple(flag_values(p.engine.argv, flag)) for p in plans}
         if len(set(values.values())) > 1:
             disagreements.append(f"{flag}: " + ", ".join(f"pod {i}={v}" for i, v in values.items()))
     if disagreements:
         return GroupCheck("agreement", False, "; ".join(disagreements))
-    leader = next((v for p in plans for f in _AGREE[:3] for v in flag_values(p.engine.argv, f)), None)
+    leader = next((v for p in plans for f in _LEADER_FLAGS for v in flag_values(p.engine.argv, f)), None)
     detail = f"every pod names leader {leader}" if leader else "single pod: no leader to agree on"
     return GroupCheck("agreement", True, detail + " and the same sizes")
 
@@ -163,7 +148,7 @@ def check_kv_events(plans: Sequence[Plan]) -> GroupCheck:
         for raw in flag_values(p.engine.argv, "--kv-events-config"):
             endpoint = json.loads(raw)["endpoint"]
             base = int(endpoint.rsplit(":", 1)[1])
-            start = _int_flag(p, "--data-parallel-start-rank", 0) or 0
+            start = _int_flag(p, "--data-parallel-start-rank", 0)
             landed.add(base + start)
     if not landed:
         return GroupCheck("kv-events", True, "no KV-event publisher in this pool")

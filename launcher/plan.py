@@ -38,6 +38,15 @@ class Role:
 
 
 @dataclass(frozen=True)
+class PodIdentity:
+    """Downward-API names of the pod, for the people reading a plan or its logs."""
+
+    name: str | None = None
+    namespace: str | None = None
+    node: str | None = None
+
+
+@dataclass(frozen=True)
 class PortSpec:
     number: int
     name: str
@@ -72,6 +81,7 @@ class FileSpec:
 class Plan:
     recipe: str
     role: Role
+    pod: PodIdentity
     processes: tuple[ProcessSpec, ...]
     files: tuple[FileSpec, ...] = ()
     notes: tuple[str, ...] = ()

@@ -8,14 +8,24 @@ of the recipe; everything that is a fixed choice for the deployment (flags, JSON
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from launcher.errors import ConfigError, Problem
 from launcher.redact import is_secret_flag
@@ -25,13 +35,58 @@ Count = Annotated[int, Field(ge=1)]
 # One engine flag: true -> --flag, false -> --no-flag, null -> omitted, mapping -> one compact JSON
 # argument, list -> the flag followed by each item, anything else -> its string form.
 ArgValue = bool | int | float | str | None | dict[str, Any] | list[Any]
-Args = dict[str, ArgValue]
-
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
 
 
+def _plain(value: object) -> bool:
+    """JSON data exactly: what renders the same on argv and inside a JSON argument."""
+    if value is None or isinstance(value, (str, bool, int)):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, list):
+        return all(_plain(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _plain(v) for k, v in value.items())
+    return False
+
+
+def _check_args(args: dict[str, Any]) -> dict[str, ArgValue]:
+    """Flag names without dashes, never a secret; values that render to argv and to strict JSON."""
+    for flag, value in args.items():
+        if flag.startswith("-"):
+            raise ValueError(f"flag names are written without dashes: {flag!r} -> {flag.lstrip('-')!r}")
+        if is_secret_flag(flag):
+            raise ValueError(
+                f"{flag!r} would put a secret on the command line; pass it in the env from a Secret"
+            )
+        if not _plain(value):
+            raise ValueError(
+                f"{flag}: {value!r} is not a string, number, boolean, null, list or mapping with string keys "
+                "(NaN and infinity are not allowed)"
+            )
+    return args
+
+
+def _check_env(env: dict[str, Any]) -> dict[str, str]:
+    """Env names a shell and `env` accept; numbers become strings, booleans must be quoted."""
+    out = {}
+    for name, value in env.items():
+        if not isinstance(name, str) or not _ENV_NAME.match(name):
+            raise ValueError(f"{name!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ValueError(f'{name}: give the value as a quoted string, e.g. {name}: "1"')
+        out[name] = str(value)
+    return out
+
+
+Args = Annotated[dict[str, Any], AfterValidator(_check_args)]
+EnvMap = Annotated[dict[str, Any], AfterValidator(_check_env)]
+
+
 class _Data(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelSpec(_Data):
@@ -94,7 +149,7 @@ class _EnginePool(_Data):
     gpus_per_node: Count | None = Field(None, description="Accelerator devices each pod holds.")
     model: ModelSpec | None = None
     args: Args = {}
-    env: dict[str, str] = {}
+    env: EnvMap = {}
 
     tensor_parallel: Count | None = None
 
@@ -119,18 +174,6 @@ class _EnginePool(_Data):
         if self.gpus_per_node is not None and self.gpus_per_node != devices:
             raise ValueError(f"gpus_per_node is {self.gpus_per_node} but the pool needs {devices} ({why})")
         return self
-
-    @field_validator("args")
-    @classmethod
-    def _no_secret_flags(cls, args: Args) -> Args:
-        for flag in args:
-            if flag.startswith("-"):
-                raise ValueError(f"flag names are written without dashes: {flag!r} -> {flag.lstrip('-')!r}")
-            if is_secret_flag(flag):
-                raise ValueError(
-                    f"{flag!r} would put a secret on the command line; pass it in the env from a Secret"
-                )
-        return args
 
 
 class VllmPool(_EnginePool):
@@ -173,17 +216,24 @@ class SglangPool(_EnginePool):
     dist_init_port: Port = 20000
 
 
-class MooncakeMasterPool(_Data):
+class _ServicePool(_Data):
+    @property
+    def nodes(self) -> int:
+        """A service is one pod, not an LWS group."""
+        return 1
+
+
+class MooncakeMasterPool(_ServicePool):
     kind: Literal["mooncake-master"]
     binary: str = "mooncake_master"
     port: Port = 50051
     metrics_port: Port = 9003
     http_metadata_port: Port | None = None
     args: Args = {}
-    env: dict[str, str] = {}
+    env: EnvMap = {}
 
 
-class MooncakeDonorPool(_Data):
+class MooncakeDonorPool(_ServicePool):
     kind: Literal["mooncake-donor"]
     binary: str = "mooncake_client"
     master: str = Field(description="host:port of mooncake_master's RPC.")
@@ -194,11 +244,10 @@ class MooncakeDonorPool(_Data):
     port: Port = 50052
     http_port: Port = 9300
     args: Args = {}
-    env: dict[str, str] = {}
+    env: EnvMap = {}
 
 
 Pool = Annotated[VllmPool | SglangPool | MooncakeMasterPool | MooncakeDonorPool, Field(discriminator="kind")]
-ENGINE_POOLS = (VllmPool, SglangPool)
 
 
 class Recipe(_Data):
@@ -206,7 +255,7 @@ class Recipe(_Data):
     description: str = ""
     model: ModelSpec
     default_pool: str
-    env: dict[str, str] = Field({}, description="Added to every engine process of every pool.")
+    env: EnvMap = Field({}, description="Added to every engine process of every pool.")
     pools: dict[str, Pool] = Field(min_length=1)
     launcher: dict[str, Any] = Field(
         {}, description="Defaults for launcher settings (LLMD_*, without prefix); env and CLI override."
@@ -227,8 +276,14 @@ class Recipe(_Data):
         return pool.model or self.model
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """Safe YAML that refuses duplicate keys: in a ConfigMap the last one silently winning hides typos."""
+class _RecipeLoader(yaml.SafeLoader):
+    """Safe YAML that refuses duplicate keys (in a ConfigMap the last one silently winning hides
+    typos) and keeps dates as text (2026-01-01 is a string to an engine flag, not a date)."""
+
+    yaml_implicit_resolvers = {  # noqa: RUF012 - PyYAML's class-level registry
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -242,62 +297,104 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+@dataclass(frozen=True)
+class RecipeSource:
+    """Where a recipe comes from, and the setting a person changes to fix it."""
+
+    name: str
+    file: str | None
+
+    @property
+    def setting(self) -> str:
+        return "LLMD_RECIPE_FILE" if self.file else "LLMD_RECIPE"
+
+    @property
+    def label(self) -> str:
+        return self.file or f"built-in recipe {self.name}"
+
+
 def builtin_recipe_names() -> list[str]:
     files = resources.files("launcher").joinpath("recipes").iterdir()
     return sorted(f.name.removesuffix(".yaml") for f in files if f.name.endswith(".yaml"))
 
 
-def parse_yaml(text: str, source: str, setting: str) -> Mapping[str, Any]:
+def _parse_yaml(text: str, source: RecipeSource) -> Mapping[str, Any]:
     try:
-        data = yaml.load(text, Loader=_UniqueKeyLoader)
+        data = yaml.load(text, Loader=_RecipeLoader)
     except yaml.YAMLError as exc:
         detail = " ".join(str(exc).split())
-        raise ConfigError.one(setting, f"{source} is not valid YAML ({detail})", "fix the YAML") from None
+        raise ConfigError.one(
+            source.setting, f"{source.label} is not valid YAML ({detail})", "fix the YAML"
+        ) from None
+    except RecursionError:
+        raise ConfigError.one(
+            source.setting, f"{source.label} nests too deeply", "flatten the YAML"
+        ) from None
     if not isinstance(data, dict):
-        raise ConfigError.one(setting, f"{source} must hold a YAML mapping", "start it with `name: ...`")
+        raise ConfigError.one(
+            source.setting, f"{source.label} must hold a YAML mapping", "start it with `name: ...`"
+        )
     return data
 
 
 @functools.lru_cache(maxsize=8)
-def read_recipe_file(path: str) -> Mapping[str, Any]:
-    """The raw mapping of a user recipe file; cached because settings and recipe both read it."""
-    setting = "LLMD_RECIPE_FILE"
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
+def read_recipe(source: RecipeSource) -> Mapping[str, Any]:
+    """The raw mapping of a recipe. Cached: the settings (its `launcher:` section) and the recipe
+    itself are both read from it, and a mounted file is read once per process."""
+    if source.file is not None:
+        try:
+            text = Path(source.file).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError.one(
+                source.setting,
+                f"cannot read {source.file} ({exc.strerror})",
+                "mount the recipe file or fix the path",
+            ) from None
+        except UnicodeDecodeError:
+            raise ConfigError.one(
+                source.setting, f"{source.file} is not UTF-8 text", "save it as UTF-8"
+            ) from None
+        return _parse_yaml(text, source)
+    names = builtin_recipe_names()
+    if source.name not in names:
         raise ConfigError.one(
-            setting, f"cannot read {path} ({exc.strerror})", "mount the recipe file or fix the path"
-        ) from None
-    return parse_yaml(text, path, setting)
+            "LLMD_RECIPE",
+            f"unknown recipe {source.name!r}",
+            f"use one of {', '.join(names)} or set LLMD_RECIPE_FILE",
+        )
+    text = resources.files("launcher").joinpath("recipes", f"{source.name}.yaml").read_text(encoding="utf-8")
+    return _parse_yaml(text, source)
 
 
-def validate_recipe(data: Mapping[str, Any], source: str, setting: str) -> Recipe:
+def _problem_path(loc: tuple[int | str, ...]) -> str:
+    """pools.prefill.vllm.port -> pools.prefill.port; args.x.<anything deeper> -> args.x."""
+    parts = [str(p) for p in loc if not str(p).startswith("function-after")]
+    parts = [p for p in parts if p not in ("vllm", "sglang", "mooncake-master", "mooncake-donor")]
+    return ".".join(parts) or "<top>"
+
+
+def validate_recipe(data: Mapping[str, Any], source: RecipeSource) -> Recipe:
     try:
         return Recipe.model_validate(data)
     except ValidationError as exc:
-        problems = []
+        problems: dict[str, Problem] = {}
         for err in exc.errors(include_url=False):
-            where = ".".join(str(p) for p in err["loc"] if not str(p).startswith("function-after"))
-            # Skip the discriminated-union tag in paths: pools.prefill.vllm.port -> pools.prefill.port
-            where = re.sub(r"\.(vllm|sglang|mooncake-master|mooncake-donor)(?=\.|$)", "", where)
+            where = _problem_path(err["loc"])
             msg = err["msg"].removeprefix("Value error, ")
-            problems.append(
-                Problem(setting, f"{source}: {where or '<top>'}: {msg}", "correct the recipe (see README)")
+            problems.setdefault(
+                where,
+                Problem(source.setting, f"{source.label}: {where}: {msg}", "correct the recipe (see README)"),
             )
-        raise ConfigError(problems) from None
+        raise ConfigError(list(problems.values())) from None
 
 
-def load_recipe(name: str, file: str | None) -> Recipe:
+def load_recipe(source: RecipeSource, name_given: bool = False) -> Recipe:
     """The recipe a pod runs: the user file when given, else the built-in recipe by name."""
-    if file:
-        recipe = validate_recipe(read_recipe_file(file), file, "LLMD_RECIPE_FILE")
-        return recipe
-    names = builtin_recipe_names()
-    if name not in names:
+    recipe = validate_recipe(read_recipe(source), source)
+    if source.file is not None and name_given and recipe.name != source.name:
         raise ConfigError.one(
             "LLMD_RECIPE",
-            f"unknown recipe {name!r}",
-            f"use one of {', '.join(names)} or set LLMD_RECIPE_FILE",
+            f"is {source.name!r} but LLMD_RECIPE_FILE holds recipe {recipe.name!r}",
+            "unset one of them",
         )
-    text = resources.files("launcher").joinpath("recipes", f"{name}.yaml").read_text(encoding="utf-8")
-    return validate_recipe(parse_yaml(text, f"built-in recipe {name}", "LLMD_RECIPE"), name, "LLMD_RECIPE")
+    return recipe

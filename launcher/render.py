@@ -6,18 +6,19 @@ Every env mapping and argv passes through launcher.redact before it is printed.
 from __future__ import annotations
 
 import json
-import re
+import posixpath
 import shlex
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from launcher.group import GroupReport
-from launcher.plan import LEADER_PLACEHOLDER, POD_IP_PLACEHOLDER, Plan, ProcessSpec
+from launcher.plan import Plan, ProcessSpec, RoleKind
 from launcher.redact import REDACTED, is_secret_name, redact_argv, redact_env
+
+if TYPE_CHECKING:
+    from launcher.group import GroupReport
 
 PLAN_SCHEMA = "llm-d-launcher/plan/v1"
 GROUP_SCHEMA = "llm-d-launcher/group/v1"
-FORMATS = ("text", "shell", "json")
 
 
 # ---------------------------------------------------------------- json
@@ -38,6 +39,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             if ranks is None
             else {"start": ranks.start, "stop": ranks.stop, "size": role.dp_size},
         },
+        "pod": {"name": plan.pod.name, "namespace": plan.pod.namespace, "node": plan.pod.node},
         "placeholders": list(plan.placeholders),
         "notes": list(plan.notes),
         "files": [{"path": f.path, "mode": f"{f.mode:04o}", "content": f.content} for f in plan.files],
@@ -72,7 +74,7 @@ def render_json(data: dict[str, Any]) -> str:
 
 
 # ---------------------------------------------------------------- text
-def _flag_lines(words: Sequence[str]) -> list[str]:
+def _flag_lines(words: Iterable[str]) -> list[str]:
     """Quoted words grouped one flag per line, its values beside it; command words first."""
     lines: list[list[str]] = [[]]
     for word in words:
@@ -83,7 +85,7 @@ def _flag_lines(words: Sequence[str]) -> list[str]:
 
 
 def _argv_lines(argv: Sequence[str], indent: str) -> list[str]:
-    lines = _flag_lines([shlex.quote(t) for t in argv])
+    lines = _flag_lines(shlex.quote(t) for t in argv)
     return [indent + ("" if i == 0 else "  ") + line for i, line in enumerate(lines)]
 
 
@@ -105,10 +107,13 @@ def _process_text(p: ProcessSpec) -> list[str]:
 def _headline(plan: Plan) -> str:
     role = plan.role
     parts = [f"recipe {plan.recipe}", f"pool {role.pool}", f"role {role.name}"]
-    if role.kind.value != "service":
+    if role.kind != RoleKind.SERVICE:
         parts.append(f"worker {role.worker_index} of {role.group_size}")
     if role.dp_ranks is not None:
         parts.append(f"DP ranks {role.dp_ranks.start}..{role.dp_ranks.stop - 1} of {role.dp_size}")
+    if plan.pod.name:
+        where = "/".join(x for x in (plan.pod.namespace, plan.pod.name) if x)
+        parts.append(f"pod {where}" + (f" on {plan.pod.node}" if plan.pod.node else ""))
     return " | ".join(parts)
 
 
@@ -129,9 +134,7 @@ def render_text(plan: Plan, with_notes: bool = True) -> str:
 
 
 def render_group_text(report: GroupReport) -> str:
-    out = []
-    for note in dict.fromkeys(n for p in report.plans for n in p.notes):
-        out.append(f"# note: {note}")
+    out = [f"# note: {note}" for note in report.notes]
     for plan in report.plans:
         out += ["", "=" * 100, render_text(plan, with_notes=False).rstrip("\n")]
     out += ["", "=" * 100, "group checks:"]
@@ -140,53 +143,63 @@ def render_group_text(report: GroupReport) -> str:
 
 
 # ---------------------------------------------------------------- shell
-_PLACEHOLDER = re.compile(re.escape(LEADER_PLACEHOLDER) + "|" + re.escape(POD_IP_PLACEHOLDER))
+def _sh_word(token: str, placeholders: Sequence[str]) -> str:
+    """Quote a token; the plan's placeholders become checked expansions of the pod's own env."""
+    parts = [token]
+    for var in placeholders:
+        marker = f"$({var})"
+        parts = [piece for part in parts for piece in _split_keep(part, marker)]
+    return (
+        "".join(
+            f'"${{{part[2:-1]}:?{part[2:-1]} is not set}}"'
+            if part in {f"$({v})" for v in placeholders}
+            else shlex.quote(part)
+            for part in parts
+            if part
+        )
+        or "''"
+    )
 
 
-def _sh_word(token: str) -> str:
-    """Quote a token; placeholders become checked expansions of the pod's own env."""
-    parts = []
-    pos = 0
-    for m in _PLACEHOLDER.finditer(token):
-        if m.start() > pos:
-            parts.append(shlex.quote(token[pos : m.start()]))
-        var = m.group(0)[2:-1]
-        parts.append(f'"${{{var}:?{var} is not set}}"')
-        pos = m.end()
-    if pos < len(token) or not parts:
-        parts.append(shlex.quote(token[pos:]))
-    return "".join(parts)
+def _split_keep(text: str, marker: str) -> list[str]:
+    pieces = text.split(marker)
+    out = [pieces[0]]
+    for piece in pieces[1:]:
+        out += [marker, piece]
+    return out
 
 
-def _sh_env(name: str, value: str) -> str:
+def _sh_env(name: str, value: str, placeholders: Sequence[str]) -> str:
     if is_secret_name(name):
         return f'{name}="${{{name}:?{REDACTED}: export {name} first}}"'
-    return f"{name}={_sh_word(value)}"
+    return f"{name}={_sh_word(value, placeholders)}"
 
 
-def _sh_command(p: ProcessSpec, background: bool) -> str:
-    env = ["env", *(_sh_env(k, v) for k, v in p.env.items())] if p.env else []
-    lines = [*([" ".join(env)] if env else []), *_flag_lines([_sh_word(t) for t in redact_argv(p.argv)])]
+def _sh_command(p: ProcessSpec, background: bool, placeholders: Sequence[str]) -> str:
+    env = ["env", *(_sh_env(k, v, placeholders) for k, v in p.env.items())] if p.env else []
+    argv = _flag_lines(_sh_word(t, placeholders) for t in redact_argv(p.argv))
+    lines = [*([" ".join(env)] if env else []), *argv]
     return ("" if background else "exec ") + " \\\n    ".join(lines) + (" &" if background else "")
 
 
 def _shell_body(plan: Plan) -> list[str]:
+    marks = plan.placeholders
     out = []
-    for f in plan.files:
-        delimiter = "LLMD_EOF"
+    for f in plan.files:  # printf '%s' writes the content byte for byte, whatever it holds
+        path = _sh_word(f.path, marks)
         out += [
-            f"mkdir -p {_sh_word(f.path.rsplit('/', 1)[0] or '/')}",
-            f"cat > {_sh_word(f.path)} <<'{delimiter}'",
+            f"mkdir -p {_sh_word(posixpath.dirname(f.path), marks)}",
+            f"printf '%s' {shlex.quote(f.content)} > {path}",
+            f"chmod {f.mode:04o} {path}",
         ]
-        out += [f.content.rstrip("\n"), delimiter, f"chmod {f.mode:04o} {_sh_word(f.path)}"]
     for p in plan.processes:
         if not p.critical:
             out += [f"# {p.name}: sidecar (the launcher restarts it with backoff; here it just runs)"]
-            out.append(_sh_command(p, background=True))
+            out.append(_sh_command(p, True, marks))
     for p in plan.processes:
         if p.critical:
             out += [f"# {p.name}: critical (its exit ends the pod)"]
-            out.append(_sh_command(p, background=False))
+            out.append(_sh_command(p, False, marks))
     return out
 
 
@@ -197,13 +210,11 @@ def render_shell(plan: Plan) -> str:
 
 def render_group_shell(report: GroupReport) -> str:
     """One script for every pod of the group: each pod runs the branch of its LWS_WORKER_INDEX."""
-    out = [
-        "#!/bin/sh",
-        f"# {report.plans[0].recipe}: every pod of one {report.plans[0].role.pool} group",
-        "set -eu",
-    ]
+    first = report.plans[0]
+    out = ["#!/bin/sh", f"# {first.recipe}: every pod of one {first.role.pool} group"]
+    out += [*(f"# note: {n}" for n in report.notes), "set -eu"]
     if len(report.plans) == 1:
-        return "\n".join([*out, *_shell_body(report.plans[0])]) + "\n"
+        return "\n".join([*out, *_shell_body(first)]) + "\n"
     out.append('case "${LWS_WORKER_INDEX:?LWS_WORKER_INDEX is not set}" in')
     for plan in report.plans:
         out += [f"{plan.role.worker_index})", f"# {_headline(plan)}", *_shell_body(plan), ";;"]

@@ -1,11 +1,15 @@
 """Everything the pod knows, validated once: LWS + downward-API env, LLMD_* settings, CLI flags.
 
-Precedence: CLI flags > environment > the `launcher:` section of the recipe file (LLMD_RECIPE_FILE).
+Precedence: CLI flags > environment > the `launcher:` section of the recipe. An empty env value is a
+value (and usually a templating mistake), not "unset": it is validated like any other.
 """
 
 from __future__ import annotations
 
 import ipaddress
+import os
+import posixpath
+import re
 from typing import Any
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
@@ -18,37 +22,43 @@ from pydantic_settings import (
 )
 
 from launcher.errors import ConfigError, Problem
+from launcher.recipe import EnvMap, RecipeSource, read_recipe
 from launcher.redact import REDACTED
 
 DEFAULT_RECIPE = "kimi-k3.1-pro"
+_DNS_NAME = re.compile(
+    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$"
+)
 
 
-def _env(name: str) -> Any:
-    return Field(None, validation_alias=AliasChoices(name))
+def _env(name: str, **kw: Any) -> Any:
+    return Field(None, validation_alias=AliasChoices(name), **kw)
+
+
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
 
 
 class Settings(BaseSettings):
     """The pod's inputs. Field names double as CLI option names (`worker_index` -> --worker-index)."""
 
-    model_config = SettingsConfigDict(
-        env_prefix="LLMD_",
-        env_ignore_empty=True,  # `$(VAR)` expansions of unset vars arrive as ""; treat them as unset
-        populate_by_name=True,
-        extra="ignore",
-        frozen=True,
-    )
+    model_config = SettingsConfigDict(env_prefix="LLMD_", populate_by_name=True, extra="ignore", frozen=True)
 
     # LeaderWorkerSet (REFERENCE.md §1.1)
     leader_address: str | None = _env("LWS_LEADER_ADDRESS")
-    group_size: int | None = Field(None, ge=1, validation_alias=AliasChoices("LWS_GROUP_SIZE"))
-    worker_index: int | None = Field(None, ge=0, validation_alias=AliasChoices("LWS_WORKER_INDEX"))
+    group_size: int | None = _env("LWS_GROUP_SIZE", ge=1)
+    worker_index: int | None = _env("LWS_WORKER_INDEX", ge=0)
     # Downward API
     pod_ip: str | None = _env("POD_IP")
     pod_name: str | None = _env("POD_NAME")
     pod_namespace: str | None = _env("POD_NAMESPACE")
     node_name: str | None = _env("NODE_NAME")
     # TPU env injected by LWS (REFERENCE.md §1.6)
-    tpu_worker_id: int | None = Field(None, ge=0, validation_alias=AliasChoices("TPU_WORKER_ID"))
+    tpu_worker_id: int | None = _env("TPU_WORKER_ID", ge=0)
     tpu_worker_hostnames: str | None = _env("TPU_WORKER_HOSTNAMES")
 
     # The launcher's own (LLMD_*)
@@ -57,14 +67,28 @@ class Settings(BaseSettings):
     pool: str | None = None
     gpus_per_node: int | None = Field(None, ge=1)
     extra_args: str = ""
-    extra_env: dict[str, str] = {}
+    extra_env: EnvMap = {}
     runtime_dir: str = "/tmp/llm-d-launcher"
+
+    @field_validator("leader_address")
+    @classmethod
+    def _leader_is_a_host(cls, value: str | None) -> str | None:
+        if value is not None and not (_is_ip(value) or _DNS_NAME.match(value)):
+            raise ValueError("is neither an IP address nor a DNS name")
+        return value
 
     @field_validator("pod_ip")
     @classmethod
     def _pod_ip_is_an_ip(cls, value: str | None) -> str | None:
-        if value is not None:
-            ipaddress.ip_address(value)  # ValueError names the bad value
+        if value is not None and not _is_ip(value):
+            raise ValueError("is not an IP address")
+        return value
+
+    @field_validator("runtime_dir")
+    @classmethod
+    def _runtime_dir_is_absolute(cls, value: str) -> str:
+        if not posixpath.isabs(value):
+            raise ValueError("is not an absolute path")
         return value
 
     @classmethod
@@ -76,75 +100,77 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, RecipeFileLauncherSection(settings_cls))
+        return (init_settings, env_settings, RecipeLauncherSection(settings_cls))
 
     @property
     def lws_env_present(self) -> bool:
         return any(v is not None for v in (self.leader_address, self.group_size, self.worker_index))
 
+    @property
+    def recipe_source(self) -> RecipeSource:
+        return RecipeSource(self.recipe, self.recipe_file)
+
 
 # Settings a recipe's `launcher:` section may not set: they choose the recipe, or describe the pod.
 _POD_FIELDS = frozenset(
-    {
-        "recipe",
-        "recipe_file",
-        "leader_address",
-        "group_size",
-        "worker_index",
-        "pod_ip",
-        "pod_name",
-        "pod_namespace",
-        "node_name",
-        "tpu_worker_id",
-        "tpu_worker_hostnames",
-    }
-)
+    {"recipe", "recipe_file", "leader_address", "group_size", "worker_index", "pod_ip", "pod_name",
+     "pod_namespace", "node_name", "tpu_worker_id", "tpu_worker_hostnames"}
+)  # fmt: skip
 
 
-class RecipeFileLauncherSection(PydanticBaseSettingsSource):
-    """Lowest-priority source: defaults from the `launcher:` mapping of LLMD_RECIPE_FILE."""
+class RecipeLauncherSection(PydanticBaseSettingsSource):
+    """Lowest-priority source: defaults from the `launcher:` mapping of the pod's recipe."""
 
     def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
         raise NotImplementedError  # __call__ is overridden; pydantic-settings requires the method
 
     def __call__(self) -> dict[str, Any]:
-        from launcher.recipe import read_recipe_file
-
-        path = self.current_state.get("recipe_file")
-        if not path:
-            return {}
-        section = read_recipe_file(str(path)).get("launcher") or {}
+        source = RecipeSource(
+            self.current_state.get("recipe", DEFAULT_RECIPE), self.current_state.get("recipe_file")
+        )
+        section = read_recipe(source).get("launcher") or {}
         if not isinstance(section, dict):
             raise ConfigError.one(
-                "LLMD_RECIPE_FILE", f"{path}: `launcher:` must be a mapping", "fix the file"
+                source.setting, f"{source.label}: `launcher:` must be a mapping", "fix the recipe"
             )
-        unknown = sorted(set(section) - (set(Settings.model_fields) - _POD_FIELDS))
+        allowed = sorted(set(Settings.model_fields) - _POD_FIELDS)
+        unknown = sorted(set(section) - set(allowed))
         if unknown:
-            allowed = sorted(set(Settings.model_fields) - _POD_FIELDS)
             raise ConfigError.one(
-                "LLMD_RECIPE_FILE",
-                f"{path}: `launcher:` cannot set {', '.join(unknown)}",
+                source.setting,
+                f"{source.label}: `launcher:` cannot set {', '.join(map(str, unknown))}",
                 f"use only {', '.join(allowed)}",
             )
         return dict(section)
 
 
-def setting_label(field: str) -> str:
-    """How a person sets a field: its env var and its CLI flag."""
-    info = Settings.model_fields.get(field)
-    alias = info.validation_alias if info else None
-    env = alias.choices[0] if isinstance(alias, AliasChoices) else f"LLMD_{field.upper()}"
+def _env_name(field: str) -> str:
+    alias = Settings.model_fields[field].validation_alias
+    return alias.choices[0] if isinstance(alias, AliasChoices) else f"LLMD_{field.upper()}"  # type: ignore[return-value]
+
+
+def setting_label(field: str, cli: dict[str, Any] | None = None) -> str:
+    """How a person set the value that failed: its CLI flag, its env var, or the recipe's launcher: key."""
+    if field not in Settings.model_fields:
+        return field
     flag = "--env" if field == "extra_env" else f"--{field.replace('_', '-')}"
-    return f"{env} ({flag})"
+    env = _env_name(field)
+    if cli and field in cli:
+        return f"{flag} ({env})"
+    if env in os.environ or cli is None:
+        return f"{env} ({flag})"
+    return f"recipe launcher.{field} ({env})"
 
 
 _FIXES = {
     "worker_index": "set it to the pod's worker index, an integer from 0 (LWS sets it from the "
     "leaderworkerset.sigs.k8s.io/worker-index label)",
     "group_size": "set it to the LWS group size, a positive integer (leaderWorkerTemplate.size)",
+    "leader_address": "set it to the leader pod's DNS name or IP (LWS injects it)",
     "tpu_worker_id": "it must be a non-negative integer (LWS injects it on TPU pods)",
     "pod_ip": "set it from the downward API (fieldRef: status.podIP)",
     "gpus_per_node": "set it to the number of accelerator devices in the pod, a positive integer",
+    "runtime_dir": "give an absolute directory, e.g. /tmp/llm-d-launcher",
     "extra_env": 'give a JSON object of strings, e.g. {"VLLM_LOGGING_LEVEL": "DEBUG"}',
 }
 
@@ -162,16 +188,17 @@ def load_settings(**cli: Any) -> Settings:
     """Settings from the process env plus CLI values (None means 'not given on the command line')."""
     given = {k: v for k, v in cli.items() if v is not None}
     try:
-        return Settings(**given)
+        settings = Settings(**given)
     except ValidationError as exc:
         problems = []
         for err in exc.errors(include_url=False):
             field = _field_of(err["loc"])
             shown = REDACTED if field == "extra_env" else repr(err.get("input"))
+            message = err["msg"].removeprefix("Value error, ")
             problems.append(
                 Problem(
-                    setting_label(field),
-                    f"{err['msg'].removeprefix('Value error, ').lower()} (got {shown})",
+                    setting_label(field, given),
+                    f"{message[:1].lower()}{message[1:]} (got {shown})",
                     _FIXES.get(field, "correct the value"),
                 )
             )
@@ -180,5 +207,24 @@ def load_settings(**cli: Any) -> Settings:
         # pydantic-settings raises this when a complex value (LLMD_EXTRA_ENV) is not JSON.
         field = next((f for f in Settings.model_fields if f'"{f}"' in str(exc)), "extra_env")
         raise ConfigError.one(
-            setting_label(field), "is not valid JSON", _FIXES.get(field, "correct the value")
+            setting_label(field, given), "is not valid JSON", _FIXES.get(field, "correct it")
         ) from None
+    _check_lws_env(settings)
+    return settings
+
+
+def _check_lws_env(settings: Settings) -> None:
+    """LWS injects all three; some set and others not is a broken pod spec, and defaulting the index
+    would make every pod a leader. (LWS releases before kubernetes-sigs/lws#416 do not inject
+    LWS_WORKER_INDEX.)"""
+    if not settings.lws_env_present:
+        return
+    problems = []
+    if settings.group_size is None:
+        fix = "set it to the LeaderWorkerSet's size"
+        problems.append(Problem("LWS_GROUP_SIZE", "is not set while other LWS variables are", fix))
+    if settings.worker_index is None:
+        fix = "set it from metadata.labels['leaderworkerset.sigs.k8s.io/worker-index']"
+        problems.append(Problem("LWS_WORKER_INDEX", "is not set while other LWS variables are", fix))
+    if problems:
+        raise ConfigError(problems)

@@ -6,13 +6,22 @@ from launcher.plan import Plan
 from launcher.recipe import MooncakeDonorPool, MooncakeMasterPool, Recipe, SglangPool, VllmPool
 from launcher.settings import Settings
 from roles.context import BuildContext
-from roles.derive import derive_role, select_pool
+from roles.derive import derive_role
 
 
-def build_plan(settings: Settings, recipe: Recipe) -> Plan:
-    role, pod = derive_role(settings, recipe)
-    _, pool = select_pool(settings, recipe)
-    ctx = BuildContext(recipe, role, pod, settings.runtime_dir, settings.extra_args, settings.extra_env)
+def build_plan(settings: Settings, recipe: Recipe, group_member: int | None = None) -> Plan:
+    """This pod's plan; with `group_member`, the plan of that pod of its LWS group."""
+    derived = derive_role(settings, recipe, group_member)
+    ctx = BuildContext(
+        recipe=recipe,
+        recipe_source=settings.recipe_source,
+        role=derived.role,
+        pod=derived.pod,
+        runtime_dir=settings.runtime_dir,
+        extra_args=settings.extra_args,
+        extra_env=settings.extra_env,
+    )
+    pool = derived.pool
     if isinstance(pool, VllmPool):
         from roles.vllm import build_vllm_plan
 

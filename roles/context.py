@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from launcher.errors import ConfigError, Problem
 from launcher.plan import FileSpec, Plan, ProcessSpec, Role
-from launcher.recipe import Recipe
-from roles.args import Arg, flatten, merge_extra, split_extra_args
+from launcher.recipe import Recipe, RecipeSource
+from roles.args import Arg, flag_key, flatten, merge_extra, split_extra_args
 from roles.derive import PodFacts
 
 EXTRA_ARGS = "LLMD_EXTRA_ARGS"
@@ -16,6 +17,7 @@ EXTRA_ARGS = "LLMD_EXTRA_ARGS"
 @dataclass(frozen=True)
 class BuildContext:
     recipe: Recipe
+    recipe_source: RecipeSource
     role: Role
     pod: PodFacts
     runtime_dir: str
@@ -33,6 +35,21 @@ class BuildContext:
             merged.update(layer)
         return merged
 
+    def check_recipe_args(self, args: Mapping[str, object], owned: Mapping[str, str], where: str) -> None:
+        """Recipe args may not set what the launcher derives (the engine would see both)."""
+        source = self.recipe_source
+        problems = [
+            Problem(
+                source.setting,
+                f"{source.label}: pools.{self.pool_name}.{where}.{flag} is derived by the launcher",
+                owned[flag_key(flag)],
+            )
+            for flag in args
+            if flag_key(flag) in owned
+        ]
+        if problems:
+            raise ConfigError(problems)
+
     def command(
         self, prefix: list[str], args: list[Arg], owned: Mapping[str, str]
     ) -> tuple[tuple[str, ...], list[str]]:
@@ -49,6 +66,7 @@ class BuildContext:
         return Plan(
             recipe=self.recipe.name,
             role=self.role,
+            pod=self.pod.identity,
             processes=tuple(processes),
             files=tuple(files or ()),
             notes=(*self.pod.notes, *(notes or ())),

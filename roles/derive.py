@@ -6,15 +6,8 @@ import ipaddress
 from dataclasses import dataclass
 
 from launcher.errors import ConfigError, Problem
-from launcher.plan import LEADER_PLACEHOLDER, POD_IP_PLACEHOLDER, Role, RoleKind
-from launcher.recipe import (
-    MooncakeDonorPool,
-    MooncakeMasterPool,
-    Pool,
-    Recipe,
-    SglangPool,
-    VllmPool,
-)
+from launcher.plan import LEADER_PLACEHOLDER, POD_IP_PLACEHOLDER, PodIdentity, Role, RoleKind
+from launcher.recipe import MooncakeDonorPool, MooncakeMasterPool, Pool, Recipe, SglangPool, VllmPool
 from launcher.settings import Settings
 from roles import topology
 
@@ -24,12 +17,20 @@ class PodFacts:
     """The pod-specific values a plan needs, with placeholders where only the pod knows them."""
 
     pod_ip: str
+    identity: PodIdentity
     placeholders: tuple[str, ...]
     notes: tuple[str, ...]
 
 
+@dataclass(frozen=True)
+class Derived:
+    pool: Pool
+    role: Role
+    pod: PodFacts
+
+
 def select_pool(settings: Settings, recipe: Recipe) -> tuple[str, Pool]:
-    name = settings.pool or recipe.default_pool
+    name = settings.pool if settings.pool is not None else recipe.default_pool
     if name not in recipe.pools:
         raise ConfigError.one(
             "LLMD_POOL (--pool)",
@@ -39,63 +40,56 @@ def select_pool(settings: Settings, recipe: Recipe) -> tuple[str, Pool]:
     return name, recipe.pools[name]
 
 
-def derive_role(settings: Settings, recipe: Recipe) -> tuple[Role, PodFacts]:
+def derive_role(settings: Settings, recipe: Recipe, group_member: int | None = None) -> Derived:
+    """This pod's role; with `group_member`, the role of that pod of the group (`plan --group`),
+    whose IP is its own and so shown as a placeholder."""
     pool_name, pool = select_pool(settings, recipe)
     if isinstance(pool, (MooncakeMasterPool, MooncakeDonorPool)):
-        return _service_role(settings, pool_name)
-    return _engine_role(settings, pool_name, pool)
+        return _service_role(settings, pool_name, pool, group_member is not None)
+    return _engine_role(settings, pool_name, pool, group_member)
 
 
-def _pod_ip(settings: Settings) -> tuple[str, list[str]]:
-    """`plan --group` passes the placeholder itself: each pod's IP is its own."""
-    if settings.pod_ip in (None, POD_IP_PLACEHOLDER):
-        return POD_IP_PLACEHOLDER, ["POD_IP"]
-    return settings.pod_ip, []
+def _pod(settings: Settings, in_group: bool, placeholders: list[str], notes: list[str]) -> PodFacts:
+    identity = PodIdentity(settings.pod_name, settings.pod_namespace, settings.node_name)
+    if settings.pod_ip is None or in_group:
+        placeholders.insert(0, "POD_IP")
+        if settings.lws_env_present and not in_group:
+            notes.append(
+                "POD_IP is not set: shown as $(POD_IP); give the pod POD_IP from fieldRef status.podIP"
+            )
+        return PodFacts(POD_IP_PLACEHOLDER, identity, tuple(placeholders), tuple(notes))
+    return PodFacts(settings.pod_ip, identity, tuple(placeholders), tuple(notes))
 
 
-def _address_notes(settings: Settings, leader: str | None) -> list[str]:
-    notes = []
-    if settings.lws_env_present and settings.pod_ip is None:
-        notes.append("POD_IP is not set: shown as $(POD_IP); give the pod POD_IP from fieldRef status.podIP")
-    if leader and leader != LEADER_PLACEHOLDER and not _is_ip(leader):
-        notes.append(
-            f"LWS_LEADER_ADDRESS {leader} is a DNS name, shown unresolved; ZMQ and NCCL need an IP, so it "
-            "is resolved inside the pod before the engine starts"
-        )
-    return notes
-
-
-def _is_ip(value: str) -> bool:
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        return False
-    return True
-
-
-def _service_role(settings: Settings, pool_name: str) -> tuple[Role, PodFacts]:
+def _service_role(settings: Settings, pool_name: str, pool: Pool, in_group: bool) -> Derived:
     if settings.group_size not in (None, 1):
         raise ConfigError.one(
             "LWS_GROUP_SIZE",
             f"is {settings.group_size}, but pool {pool_name} runs one pod per service",
             "run it as a Deployment or DaemonSet, or an LWS of size 1",
         )
-    pod_ip, placeholders = _pod_ip(settings)
-    return Role(pool_name, RoleKind.SERVICE), PodFacts(pod_ip, tuple(placeholders), ())
+    return Derived(pool, Role(pool_name, RoleKind.SERVICE), _pod(settings, in_group, [], []))
 
 
-def _engine_role(settings: Settings, pool_name: str, pool: VllmPool | SglangPool) -> tuple[Role, PodFacts]:
+def _engine_role(
+    settings: Settings, pool_name: str, pool: VllmPool | SglangPool, group_member: int | None
+) -> Derived:
     problems: list[Problem] = []
     notes: list[str] = []
-    pod_ip, placeholders = _pod_ip(settings)
-
+    placeholders: list[str] = []
     group_size = settings.group_size if settings.group_size is not None else pool.nodes
-    index = settings.worker_index if settings.worker_index is not None else 0
+    if group_member is not None:
+        index = group_member
+    else:
+        index = settings.worker_index if settings.worker_index is not None else 0
+        if not settings.lws_env_present:
+            notes.append(
+                f"no LWS env: planning worker {index} of a group of {group_size} (the recipe's size)"
+            )
+
     leader = settings.leader_address
-    if not settings.lws_env_present:
-        notes.append(f"no LWS env: planning worker {index} of a group of {group_size} (the recipe's size)")
-    if leader is None or leader == LEADER_PLACEHOLDER:
-        if leader is None and settings.lws_env_present and group_size > 1:
+    if leader is None:
+        if settings.lws_env_present and group_size > 1:
             problems.append(
                 Problem(
                     "LWS_LEADER_ADDRESS",
@@ -105,6 +99,11 @@ def _engine_role(settings: Settings, pool_name: str, pool: VllmPool | SglangPool
             )
         leader = LEADER_PLACEHOLDER
         placeholders.append("LWS_LEADER_ADDRESS")
+    elif group_size > 1 and not _is_ip(leader):
+        notes.append(
+            f"LWS_LEADER_ADDRESS {leader} is a DNS name, shown unresolved; ZMQ and NCCL need an IP, so it "
+            "is resolved inside the pod before the engine starts"
+        )
 
     if group_size != pool.nodes:
         problems.append(
@@ -122,15 +121,7 @@ def _engine_role(settings: Settings, pool_name: str, pool: VllmPool | SglangPool
                 "set it from the leaderworkerset.sigs.k8s.io/worker-index label",
             )
         )
-    if settings.tpu_worker_id is not None and settings.tpu_worker_id != index:
-        problems.append(
-            Problem(
-                "TPU_WORKER_ID",
-                f"is {settings.tpu_worker_id} but LWS_WORKER_INDEX is {index}; the TPU runtime and the "
-                "engine would disagree on this host's rank",
-                "make the leader request TPUs too (LWS shifts TPU ids when it does not) or fix the env",
-            )
-        )
+    problems += _tpu_problems(settings, index, group_size)
     if settings.gpus_per_node is not None:
         devices, why = pool.devices_per_pod()
         if devices != settings.gpus_per_node:
@@ -143,7 +134,6 @@ def _engine_role(settings: Settings, pool_name: str, pool: VllmPool | SglangPool
             )
     if problems:
         raise ConfigError(problems)
-    notes += _address_notes(settings, settings.leader_address if group_size > 1 else None)
 
     if isinstance(pool, VllmPool) and pool.layout == "data-parallel":
         ranks = topology.dp_rank_range(index, pool.local_ranks)
@@ -152,4 +142,37 @@ def _engine_role(settings: Settings, pool_name: str, pool: VllmPool | SglangPool
     else:
         kind = RoleKind.LEADER if index == 0 else RoleKind.WORKER
         role = Role(pool_name, kind, index, group_size, leader)
-    return role, PodFacts(pod_ip, tuple(placeholders), tuple(notes))
+    return Derived(pool, role, _pod(settings, group_member is not None, placeholders, notes))
+
+
+def _tpu_problems(settings: Settings, index: int, group_size: int) -> list[Problem]:
+    """The TPU runtime's view of the slice (LWS-injected) must match the engine's."""
+    problems = []
+    if settings.tpu_worker_id is not None and settings.tpu_worker_id != index:
+        problems.append(
+            Problem(
+                "TPU_WORKER_ID",
+                f"is {settings.tpu_worker_id} but LWS_WORKER_INDEX is {index}; the TPU runtime and the "
+                "engine would disagree on this host's rank",
+                "make the leader request TPUs too (LWS shifts TPU ids when it does not) or fix the env",
+            )
+        )
+    if settings.tpu_worker_hostnames is not None:
+        hosts = [h for h in settings.tpu_worker_hostnames.split(",") if h]
+        if len(hosts) != group_size:
+            problems.append(
+                Problem(
+                    "TPU_WORKER_HOSTNAMES",
+                    f"lists {len(hosts)} hosts but the group has {group_size} pods",
+                    "give every pod of the slice TPUs, or fix the LWS size",
+                )
+            )
+    return problems
+
+
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True

@@ -18,6 +18,7 @@ _DONOR_OWNED = owned_flags("set it in the recipe's mooncake-donor pool", "host",
 
 
 def build_master_plan(ctx: BuildContext, pool: MooncakeMasterPool) -> Plan:
+    ctx.check_recipe_args(pool.args, _MASTER_OWNED, "args")
     flags: Args = {"port": pool.port}
     ports = [PortSpec(pool.port, "rpc"), PortSpec(pool.metrics_port, "metrics")]
     if pool.http_metadata_port is not None:
@@ -30,6 +31,7 @@ def build_master_plan(ctx: BuildContext, pool: MooncakeMasterPool) -> Plan:
 
 
 def build_donor_plan(ctx: BuildContext, pool: MooncakeDonorPool) -> Plan:
+    ctx.check_recipe_args(pool.args, _DONOR_OWNED, "args")
     flags: Args = {
         "host": ctx.pod.pod_ip,  # the address the donated segment is registered under
         "port": pool.port,

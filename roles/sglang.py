@@ -29,6 +29,7 @@ _OWNED = {
 
 def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
     role = ctx.role
+    ctx.check_recipe_args(pool.args, _OWNED, "args")
     model = ctx.recipe.model_for(pool)
     leader = role.kind == RoleKind.LEADER
     args: list[Arg] = [*arg("model-path", model.path), *arg("served-model-name", model.served_name)]

@@ -39,8 +39,22 @@ _OWNED = {
 }
 
 
+_RENDER_OWNED = owned_flags(
+    "set the pool's render.port / model in the recipe", "port", "served-model-name", "model"
+)
+_SIDECAR_OWNED = owned_flags(
+    "set the pool's disagg_sidecar / port / data_parallel_local in the recipe",
+    "port", "model-server-port", "vllm-port", "data-parallel-size", "kv-connector",
+)  # fmt: skip
+
+
 def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
     role = ctx.role
+    ctx.check_recipe_args(pool.args, _OWNED, "args")
+    if pool.render:
+        ctx.check_recipe_args(pool.render.args, _RENDER_OWNED, "render.args")
+    if pool.disagg_sidecar:
+        ctx.check_recipe_args(pool.disagg_sidecar.args, _SIDECAR_OWNED, "disagg_sidecar.args")
     model = ctx.recipe.model_for(pool)
     start_rank = role.dp_ranks.start if role.dp_ranks else 0
     serves = role.kind != RoleKind.WORKER  # headless workers run no API server and no scheduler

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from launcher.cli import main
-from launcher.recipe import read_recipe_file
+from launcher.recipe import read_recipe
 
 _POD_ENV = ("LWS_", "LLMD_", "POD_", "TPU_", "NODE_NAME")
 
@@ -20,9 +20,9 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     for name in list(os.environ):
         if name.startswith(_POD_ENV):
             monkeypatch.delenv(name)
-    read_recipe_file.cache_clear()
+    read_recipe.cache_clear()
     yield
-    read_recipe_file.cache_clear()
+    read_recipe.cache_clear()
 
 
 Run = Callable[..., tuple[int, str, str]]
@@ -35,7 +35,7 @@ def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str])
     def run(*argv: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
         for key, value in (env or {}).items():
             monkeypatch.setenv(key, value)
-        read_recipe_file.cache_clear()
+        read_recipe.cache_clear()
         code = main(list(argv))
         out, err = capsys.readouterr()
         for key in env or {}:

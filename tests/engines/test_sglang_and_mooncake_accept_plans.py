@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from launcher.recipe import load_recipe
+from launcher.recipe import RecipeSource, load_recipe
 from launcher.settings import Settings
 from roles import build_plan
 from tests.engines.engine_venvs import VENVS, engine_bin, run_checker
 
 pytestmark = pytest.mark.engines
-KIMI = load_recipe("kimi-k3.1-pro", None)
+KIMI = load_recipe(RecipeSource("kimi-k3.1-pro", None))
 TPU_LEADER = "kimi-k3-1-tpu-sglang-0.kimi-k3-1-tpu-sglang.llm-d"
 
 

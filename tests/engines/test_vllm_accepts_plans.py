@@ -12,7 +12,7 @@ import pytest
 
 from launcher.group import plan_group
 from launcher.plan import Plan
-from launcher.recipe import builtin_recipe_names, load_recipe, validate_recipe
+from launcher.recipe import RecipeSource, builtin_recipe_names, load_recipe, validate_recipe
 from launcher.settings import Settings
 from tests.engines.engine_venvs import run_checker
 
@@ -45,8 +45,8 @@ def _vllm_plans() -> list[tuple[str, Plan]]:
     from roles import build_plan
 
     plans: list[tuple[str, Plan]] = []
-    recipes = [load_recipe(name, None) for name in builtin_recipe_names()]
-    recipes.append(validate_recipe(DP_WITH_EVENTS, "test", "test"))
+    recipes = [load_recipe(RecipeSource(name, None)) for name in builtin_recipe_names()]
+    recipes.append(validate_recipe(DP_WITH_EVENTS, RecipeSource("dp-events", None)))
     for recipe in recipes:
         for pool_name, pool in recipe.pools.items():
             if pool.kind != "vllm":
@@ -130,7 +130,7 @@ def test_extra_args_reach_vllm(tmp_path: Path) -> None:
     from roles import build_plan
 
     settings = Settings(leader_address=LEADER, extra_args="--max-num-seqs 64 --enforce-eager --seed=7")
-    plan = build_plan(settings, load_recipe("kimi-k3.1-pro", None))
+    plan = build_plan(settings, load_recipe(RecipeSource("kimi-k3.1-pro", None)))
     (result,) = run_checker("vllm", "vllm_parse.py", [list(plan.engine.argv)], tmp_path)
     assert result["ok"], result["error"]
     assert result["args"]["max_num_seqs"] == 64

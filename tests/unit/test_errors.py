@@ -40,12 +40,27 @@ CASES: list[tuple[str, dict[str, str], list[str], str, str]] = [
      "LLMD_EXTRA_ARGS", "--api-server-count is derived"),
     ("extra-args-dp-rank", {"LLMD_POOL": "decode", "LLMD_EXTRA_ARGS": "-dpn 3"}, [], "LLMD_EXTRA_ARGS",
      "-dpn is derived"),
-    ("pod-ip-invalid", {"POD_IP": "10.0.0.1 x"}, [], "POD_IP", "does not appear to be an ipv4 or ipv6"),
+    ("pod-ip-invalid", {"POD_IP": "10.0.0.1 x"}, [], "POD_IP", "is not an IP address (got '10.0.0.1 x')"),
+    ("empty-worker-index", {**PREFILL, "LWS_WORKER_INDEX": ""}, [], "LWS_WORKER_INDEX", "integer (got '')"),
+    ("missing-worker-index", PREFILL, [], "LWS_WORKER_INDEX", "is not set while other LWS"),
+    ("empty-pool", {"LLMD_POOL": ""}, [], "LLMD_POOL", "no pool ''"),
+    ("unresolved-kubelet-ref",
+     {**PREFILL, "LWS_WORKER_INDEX": "0", "LWS_LEADER_ADDRESS": "$(LWS_LEADER_ADDRESS)"},
+     [], "LWS_LEADER_ADDRESS", "neither an IP address nor a DNS name"),
+    ("relative-runtime-dir", {}, ["--runtime-dir", "run"], "--runtime-dir", "not an absolute path"),
+    ("tpu-hostnames", {"LLMD_POOL": "tpu", "LWS_LEADER_ADDRESS": "t-0.t", "LWS_GROUP_SIZE": "4",
+                       "LWS_WORKER_INDEX": "1", "TPU_WORKER_HOSTNAMES": "t-0,t-1"}, [],
+     "TPU_WORKER_HOSTNAMES",
+     "lists 2 hosts but the group has 4"),
+    ("extra-env-bad-name", {"LLMD_EXTRA_ENV": '{"X;touch /tmp/x;Y": "1"}'}, [], "LLMD_EXTRA_ENV",
+     "is not an environment variable name"),
+    ("cli-env-bad-name", {}, ["--env", "A B=1"], "--env", "is not an environment variable name"),
     ("extra-args-quotes", {"LLMD_EXTRA_ARGS": "--foo 'bar"}, [], "LLMD_EXTRA_ARGS", "quotes"),
     ("extra-env-not-json", {"LLMD_EXTRA_ENV": "A=1"}, [], "LLMD_EXTRA_ENV", "JSON"),
     ("cli-env-not-pair", {}, ["--env", "NOEQUALS"], "--env", "KEY=VALUE"),
     ("cli-index", {}, ["--worker-index", "x"], "--worker-index", "integer"),
-    ("service-in-group", {"LLMD_POOL": "mooncake-master", "LWS_GROUP_SIZE": "2"}, [], "LWS_GROUP_SIZE",
+    ("service-in-group", {"LLMD_POOL": "mooncake-master", "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "0",
+                          "LWS_LEADER_ADDRESS": "m-0"}, [], "LWS_GROUP_SIZE",
      "one pod per service"),
 ]  # fmt: skip
 
@@ -94,6 +109,26 @@ HEAD = "name: x\nmodel: {path: m}\ndefault_pool: p\n"
         ("name: x\nmodel: {path: m}\ndefault_pool: q\npools: {p: {kind: vllm}}\n", "default_pool 'q'"),
         ("name: x\nmodel: {path: m}\ndefault_pool: p\npools: {p: {kind: vllm, portt: 1}}\n", "pools.p.portt"),
         ("name: x\nmodel: {path: m}\ndefault_pool: p\npools: {p: {kind: tgi}}\n", "pools.p"),
+        (HEAD + "pools: {p: {kind: vllm, args: {port: 1}}}\n", "pools.p.args.port is derived"),
+        (HEAD + "pools: {p: {kind: vllm, args: {tp: 2}}}\n", "pools.p.args.tp is derived"),
+        (HEAD + "pools: {p: {kind: vllm, disagg_sidecar: {args: {port: 1}}}}\n", "disagg_sidecar.args.port"),
+        (HEAD + "pools: {p: {kind: vllm, render: {args: {hf-token: x}}}}\n", "would put a secret"),
+        (
+            HEAD + "pools: {p: {kind: mooncake-master, args: {rpc_port: 1}}}\n",
+            "pools.p.args.rpc_port is derived",
+        ),
+        (
+            HEAD
+            + "pools: {p: {kind: mooncake-donor, master: m, metadata_server: x, global_segment_size: 1GB, "
+            "args: {api_key: k}}}\n",
+            "would put a secret",
+        ),
+        (HEAD + "pools: {p: {kind: vllm, args: {cfg: {a: .nan}}}}\n", "NaN and infinity are not allowed"),
+        (HEAD + "pools: {p: {kind: vllm, args: {x: {1: 2}}}}\n", "pools.p.args: x:"),
+        (HEAD + "pools: {p: {kind: vllm, env: {A: true}}}\n", 'quoted string, e.g. A: "1"'),
+        (HEAD + "pools: {p: {kind: vllm, env: {A-B: x}}}\n", "'A-B' is not an environment variable name"),
+        ("name: x\nmodel: null\ndefault_pool: p\npools: {p: {kind: vllm}}\n", "model: Input should be"),
+        ("name: " + "[" * 5000 + "]" * 5000 + "\n", "nests too deeply"),
         (
             "name: x\nmodel: {path: m}\ndefault_pool: p\npools: {p: {kind: vllm, args: {hf-token: t}}}\n",
             "secret",
@@ -113,6 +148,7 @@ HEAD = "name: x\nmodel: {path: m}\ndefault_pool: p\n"
     ],
 )
 def test_invalid_recipe_file(run_cli: Any, tmp_path: Path, text: str, words: str) -> None:
+    """Each mistake is one line naming the file and the path inside it; never a traceback."""
     path = tmp_path / "recipe.yaml"
     path.write_text(text)
     code, out, err = run_cli("plan", env={"LLMD_RECIPE_FILE": str(path)})
@@ -121,12 +157,31 @@ def test_invalid_recipe_file(run_cli: Any, tmp_path: Path, text: str, words: str
     assert "Traceback" not in err
 
 
+@pytest.mark.parametrize(
+    ("content", "words"), [(b"name: \xff\xfe\n", "is not UTF-8 text"), (None, "cannot read")]
+)
+def test_unreadable_recipe_file(run_cli: Any, tmp_path: Path, content: bytes | None, words: str) -> None:
+    path = tmp_path / "recipe.yaml"
+    if content is None:
+        path.mkdir()  # a directory where the file should be
+    else:
+        path.write_bytes(content)
+    code, _, err = run_cli("plan", env={"LLMD_RECIPE_FILE": str(path)})
+    assert code == 2 and "LLMD_RECIPE_FILE" in err and words in err and "Traceback" not in err
+
+
+def test_bad_value_from_the_recipe_launcher_section_names_the_recipe(run_cli: Any, tmp_path: Path) -> None:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(HEAD + "launcher: {gpus_per_node: many}\npools: {p: {kind: vllm}}\n")
+    code, _, err = run_cli("plan", env={"LLMD_RECIPE_FILE": str(path)})
+    assert code == 2 and "recipe launcher.gpus_per_node (LLMD_GPUS_PER_NODE)" in err
+
+
 def test_console_script_exit_code_and_no_traceback() -> None:
     """The installed entry point, as a pod runs it, not just main()."""
+    script = Path(sys.executable).parent / "llm-d-launcher"
     env = {"PATH": "/usr/bin:/bin", "LWS_WORKER_INDEX": "abc", "LWS_GROUP_SIZE": "2"}
-    proc = subprocess.run(
-        [sys.executable, "-m", "launcher", "plan"], env=env, capture_output=True, text=True, check=False
-    )
+    proc = subprocess.run([str(script), "plan"], env=env, capture_output=True, text=True, check=False)
     assert proc.returncode == 2
     assert proc.stdout == ""
     assert proc.stderr.startswith("llm-d-launcher: error: LWS_WORKER_INDEX")

@@ -95,7 +95,7 @@ def test_secrets_are_redacted_in_every_format(run_cli: Any, fmt: str) -> None:
 def test_json_schema_is_stable(plan_json: Any) -> None:
     plan = plan_json(env=DECODE)
     assert plan["schema"] == "llm-d-launcher/plan/v1"
-    assert list(plan) == ["schema", "recipe", "role", "placeholders", "notes", "files", "processes"]
+    assert list(plan) == ["schema", "recipe", "role", "pod", "placeholders", "notes", "files", "processes"]
     assert list(plan["role"]) == [
         "name",
         "pool",

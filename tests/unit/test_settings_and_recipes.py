@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from launcher.recipe import builtin_recipe_names, load_recipe
+from launcher.recipe import RecipeSource, builtin_recipe_names, load_recipe
 
 USER_RECIPE = """\
 name: tiny
@@ -72,7 +72,7 @@ def test_recipe_name_must_match_file(run_cli: Any, user_recipe: str) -> None:
 
 def test_builtin_recipes_are_data_for_more_than_kimi() -> None:
     assert builtin_recipe_names() == ["kimi-k3.1-pro", "vllm-single-pod"]
-    single = load_recipe("vllm-single-pod", None)
+    single = load_recipe(RecipeSource("vllm-single-pod", None))
     assert list(single.pools) == ["serve"] and single.model.path == "Qwen/Qwen3-0.6B"
 
 

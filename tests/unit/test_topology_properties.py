@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from launcher.group import check_kv_events, check_ports, check_ranks, flag_values, plan_group
-from launcher.recipe import validate_recipe
+from launcher.recipe import RecipeSource, validate_recipe
 from launcher.settings import Settings
 from roles import build_plan
 
@@ -36,8 +36,7 @@ def dp_recipe(nodes: int, local: int, kv_port: int = 5557) -> Any:
                 }
             },
         },
-        "test",
-        "test",
+        RecipeSource("test", None),
     )
 
 
@@ -81,8 +80,7 @@ def test_node_ranks_cover_group_once(nodes: int, tp_per_node: int) -> None:
             "pools": {"p": {"kind": "vllm", "nodes": nodes, "tensor_parallel": nodes * tp_per_node,
                             "kv_events": {}, "render": {}}},
         },
-        "test",
-        "test",
+        RecipeSource("test", None),
     )  # fmt: skip
     report = plan_group(Settings(), recipe)
     assert report.ok, report.checks
@@ -103,8 +101,7 @@ def test_group_checks_fail_on_a_broken_group(tmp_path: Path) -> None:
     clash = validate_recipe(
         {**dp_recipe(2, 2).model_dump(), "pools": {"decode": {
             **dp_recipe(2, 2).pools["decode"].model_dump(), "kv_events": {"port": 8001}}}},
-        "test",
-        "test",
+        RecipeSource("test", None),
     )  # fmt: skip
     ports = check_ports(plan_group(Settings(leader_address="l"), clash).plans)
     assert not ports.ok and "8001 is both" in ports.detail
