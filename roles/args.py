@@ -23,7 +23,7 @@ def to_json(value: object) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
-def _scalar(value: object, style: Style) -> str:
+def _scalar(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, (dict, list)):
@@ -50,14 +50,14 @@ def arg(flag: str, value: ArgValue = True, style: Style = "gnu") -> list[Arg]:
     if value is None:
         return []
     if style == "gflags":
-        return [Arg(flag_key(flag), (f"--{flag}={_scalar(value, style)}",))]
+        return [Arg(flag_key(flag), (f"--{flag}={_scalar(value)}",))]
     if value is True:
         return [Arg(flag_key(flag), (f"--{flag}",))]
     if value is False:
         return [Arg(flag_key(flag), (f"--no-{flag}",))]
     if isinstance(value, list):
-        return [Arg(flag_key(flag), (f"--{flag}", *(_scalar(v, style) for v in value)))]
-    return [Arg(flag_key(flag), (f"--{flag}", _scalar(value, style)))]
+        return [Arg(flag_key(flag), (f"--{flag}", *(_scalar(v) for v in value)))]
+    return [Arg(flag_key(flag), (f"--{flag}", _scalar(value)))]
 
 
 def args_from(mapping: Mapping[str, ArgValue], style: Style = "gnu") -> list[Arg]:

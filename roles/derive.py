@@ -88,8 +88,8 @@ def _engine_role(
             )
 
     leader = settings.leader_address
-    if leader is None:
-        if settings.lws_env_present and group_size > 1:
+    if leader is None and group_size > 1:  # a single pod has no leader to name
+        if settings.lws_env_present:
             problems.append(
                 Problem(
                     "LWS_LEADER_ADDRESS",
@@ -99,7 +99,7 @@ def _engine_role(
             )
         leader = LEADER_PLACEHOLDER
         placeholders.append("LWS_LEADER_ADDRESS")
-    elif group_size > 1 and not _is_ip(leader):
+    elif leader is not None and group_size > 1 and not _is_ip(leader):
         notes.append(
             f"LWS_LEADER_ADDRESS {leader} is a DNS name, shown unresolved; ZMQ and NCCL need an IP, so it "
             "is resolved inside the pod before the engine starts"

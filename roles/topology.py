@@ -30,7 +30,7 @@ def kv_events_base_port(port: int, start_rank: int) -> int:
 
 
 def host_port(host: str, port: int) -> str:
-    """host:port with IPv6 literals bracketed (REFERENCE.md §7.2 item 29)."""
+    """host:port with IPv6 literals bracketed (shared/REFERENCE.md §7.2 item 29)."""
     try:
         if isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address):
             return f"[{host}]:{port}"

@@ -17,7 +17,7 @@ from roles.context import BuildContext, owned_flags
 
 VLLM = ["vllm", "serve"]
 RENDER = ["vllm", "launch", "render"]
-MASTER_PORT_DEFAULT = 29501  # vLLM's --master-port default (REFERENCE.md §2.2)
+MASTER_PORT_DEFAULT = 29501  # vLLM's --master-port default (shared/REFERENCE.md §2.2)
 
 # Flags the launcher derives; LLMD_EXTRA_ARGS may not set them (short aliases included).
 # fmt: off
@@ -146,9 +146,8 @@ def _engine_ports(pool: VllmPool, ctx: BuildContext) -> list[PortSpec]:
     if local == 1:
         ports = [PortSpec(pool.port, "http")]
     else:
-        ports = [
-            PortSpec(p, f"http-rank{i}") for i, p in enumerate(topology.local_rank_ports(pool.port, local))
-        ]
+        http_ports = topology.local_rank_ports(pool.port, local)
+        ports = [PortSpec(p, f"http-rank{r}") for r, p in zip(ranks, http_ports, strict=True)]
     if pool.supervisor_port:
         ports.append(PortSpec(pool.supervisor_port, "dp-supervisor"))
     if role.worker_index == 0 and role.group_size > 1:
@@ -170,7 +169,7 @@ def _engine_ports(pool: VllmPool, ctx: BuildContext) -> list[PortSpec]:
 
 def _engine_health(pool: VllmPool) -> HttpCheck:
     # The DP supervisor answers for all local ranks; it listens only once every child is healthy.
-    if pool.layout == "data-parallel" and pool.supervisor_port:
+    if pool.supervisor_port:  # only the data-parallel layout has one
         return HttpCheck(pool.supervisor_port, "/readyz")
     return HttpCheck(pool.port, "/health")
 
@@ -194,8 +193,10 @@ def _disagg_sidecar(pool: VllmPool, ctx: BuildContext) -> ProcessSpec:
         env=ctx.env(),
         critical=False,
         ports=tuple(
-            PortSpec(p, f"sidecar-rank{i}")
-            for i, p in enumerate(topology.local_rank_ports(sidecar.port, local))
+            PortSpec(p, f"sidecar-rank{r}")
+            for r, p in zip(
+                ctx.role.dp_ranks or range(1), topology.local_rank_ports(sidecar.port, local), strict=True
+            )
         ),
         health=HttpCheck(sidecar.port, "/health"),
     )

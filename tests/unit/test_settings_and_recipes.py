@@ -105,3 +105,72 @@ def test_ipv6_pod_and_leader_addresses_are_bracketed(plan_json: Any) -> None:
     prefill = plan_json(env={"LWS_LEADER_ADDRESS": "fd00::1", "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "0",
                              "POD_IP": "fd00::2"})  # fmt: skip
     assert '"topic":"kv@[fd00::2]:8000@moonshotai/Kimi-K3.1-Pro"' in " ".join(engine(prefill)["argv"])
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "env_name", "env_value", "read"),
+    [
+        ("--leader-address", "cli-0.l", "LWS_LEADER_ADDRESS", "env-0.l",
+         lambda p: p["role"]["leader_address"]),
+        ("--pod-ip", "10.0.0.2", "POD_IP", "10.0.0.1",
+         lambda p: p["processes"][0]["env"]["VLLM_NIXL_SIDE_CHANNEL_HOST"]),
+        ("--worker-index", "1", "LWS_WORKER_INDEX", "0", lambda p: p["role"]["worker_index"]),
+        ("--pool", "decode", "LLMD_POOL", "prefill", lambda p: p["role"]["pool"]),
+        ("--runtime-dir", "/cli", "LLMD_RUNTIME_DIR", "/env", lambda p: p["files"][0]["path"]),
+        ("--recipe", "vllm-single-pod", "LLMD_RECIPE", "kimi-k3.1-pro", lambda p: p["recipe"]),
+    ],
+)  # fmt: skip
+def test_each_cli_flag_overrides_its_env(
+    plan_json: Any, flag: str, value: str, env_name: str, env_value: str, read: Any
+) -> None:
+    base = {
+        "LWS_LEADER_ADDRESS": "env-0.l",
+        "LWS_GROUP_SIZE": "2",
+        "LWS_WORKER_INDEX": "0",
+        "POD_IP": "10.0.0.1",
+    }
+    if flag == "--pool":
+        base = {"POD_IP": "10.0.0.1"}
+    if flag == "--recipe":
+        base = {}
+    from_env = read(plan_json(env={**base, env_name: env_value}))
+    from_cli = read(plan_json(flag, value, env={**base, env_name: env_value}))
+    assert from_env != from_cli
+    assert str(from_cli) == value or str(from_cli).startswith(value)
+
+
+def test_group_size_and_gpus_flags_override_env(run_cli: Any) -> None:
+    env = {
+        "LWS_LEADER_ADDRESS": "l-0",
+        "LWS_GROUP_SIZE": "3",
+        "LWS_WORKER_INDEX": "0",
+        "LLMD_GPUS_PER_NODE": "8",
+    }
+    code, _, err = run_cli("plan", env=env)
+    assert code == 2 and "LWS_GROUP_SIZE" in err and "LLMD_GPUS_PER_NODE" in err
+    code, _, err = run_cli("plan", "--group-size", "2", "--gpus-per-node", "4", env=env)
+    assert code == 0, err
+
+
+def test_recipe_file_flag_overrides_env(plan_json: Any, user_recipe: str) -> None:
+    plan = plan_json("--recipe-file", user_recipe, env={"LLMD_RECIPE_FILE": "/nonexistent.yaml"})
+    assert plan["recipe"] == "tiny"
+
+
+def test_plans_do_not_depend_on_hash_seed_or_process() -> None:
+    """Byte-identical output from separate processes with different PYTHONHASHSEED."""
+    import subprocess
+    import sys
+
+    env = {"PATH": "/usr/bin:/bin", "LWS_LEADER_ADDRESS": "d-0.d", "LWS_GROUP_SIZE": "4",
+           "LWS_WORKER_INDEX": "2", "POD_IP": "10.0.0.3", "LLMD_POOL": "decode"}  # fmt: skip
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-m", "launcher", "plan", "--group", "--format", "json"],
+            env={**env, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            check=True,
+        ).stdout
+        for seed in ("0", "1", "12345")
+    }
+    assert len(outputs) == 1

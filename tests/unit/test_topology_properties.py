@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from launcher.group import check_kv_events, check_ports, check_ranks, flag_values, plan_group
+from launcher.group import check_agreement, check_kv_events, check_ports, check_ranks, flag_values, plan_group
 from launcher.recipe import RecipeSource, validate_recipe
 from launcher.settings import Settings
 from roles import build_plan
@@ -90,7 +89,7 @@ def test_node_ranks_cover_group_once(nodes: int, tp_per_node: int) -> None:
     assert [len(plan.processes) for plan in report.plans] == [2] + [1] * (nodes - 1)  # render on the leader
 
 
-def test_group_checks_fail_on_a_broken_group(tmp_path: Path) -> None:
+def test_group_checks_fail_on_a_broken_group() -> None:
     """The checks read argv, so a group whose pods disagree or collide is caught."""
     recipe = dp_recipe(2, 2)
     good = plan_group(Settings(leader_address="l"), recipe).plans
@@ -106,9 +105,24 @@ def test_group_checks_fail_on_a_broken_group(tmp_path: Path) -> None:
     ports = check_ports(plan_group(Settings(leader_address="l"), clash).plans)
     assert not ports.ok and "8001 is both" in ports.detail
     # Pods whose first ranks publish on different ports (uncompensated base).
+    # Pods naming different leaders: the agreement check names the flag and the pods.
+    split = (good[0], _with_flag(good[1], "--data-parallel-address", "other-leader"))
+    agreement = check_agreement(split)
+    assert (
+        not agreement.ok
+        and "--data-parallel-address: pod 0=('l',), pod 1=('other-leader',)" in agreement.detail
+    )
     recompute = plan_group(Settings(leader_address="l"), recipe).plans
     assert check_kv_events(recompute).ok
     assert not check_kv_events((recompute[0], _with_endpoint(recompute[1], "tcp://*:5557"))).ok
+
+
+def _with_flag(plan: Any, flag: str, value: str) -> Any:
+    from dataclasses import replace
+
+    argv = list(plan.engine.argv)
+    argv[argv.index(flag) + 1] = value
+    return replace(plan, processes=(replace(plan.engine, argv=tuple(argv)), *plan.processes[1:]))
 
 
 def _with_endpoint(plan: Any, endpoint: str) -> Any:
