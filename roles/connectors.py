@@ -48,7 +48,7 @@ def _compensated(port: int, start_rank: int, pool_name: str, field: str) -> int:
 
 
 def nixl_env(spec: NixlSpec, pod_ip: str) -> dict[str, str]:
-    """The handshake listener must advertise this pod's IP, not localhost (shared/REFERENCE.md §7.2 item 14)."""
+    """The handshake listener must advertise this pod's IP, not localhost (shared/REFERENCE.md §7.2 #14)."""
     return {
         "VLLM_NIXL_SIDE_CHANNEL_HOST": pod_ip,
         "VLLM_NIXL_SIDE_CHANNEL_PORT": str(spec.side_channel_port),
