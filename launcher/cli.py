@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from launcher.errors import ConfigError, Problem
 
 _ENV_HELP = """\
-settings (CLI flags override env; env overrides the `launcher:` section of LLMD_RECIPE_FILE):
+settings (CLI flags override env; env overrides the recipe's `launcher:` section):
   LWS_LEADER_ADDRESS, LWS_GROUP_SIZE, LWS_WORKER_INDEX   injected by LeaderWorkerSet
   POD_IP, POD_NAME, POD_NAMESPACE, NODE_NAME             from the downward API
   TPU_WORKER_ID, TPU_WORKER_HOSTNAMES                    injected by LWS on TPU pods
@@ -27,8 +27,8 @@ exit codes: 0 ok, 2 bad input (one line per problem, nothing spawned)."""
 def _parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(
         prog="llm-d-launcher",
-        description="Starts an llm-d model-server pod from its LWS env and a recipe: "
-        "derives the pod's role, builds the exact engine commands and files, and runs them.",
+        description="The ENTRYPOINT of llm-d model-server pods: from the pod's LWS env and a recipe it "
+        "derives the pod's role and builds the exact engine commands, env and files.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=_ENV_HELP,
     )

@@ -6,7 +6,6 @@ value (and usually a templating mistake), not "unset": it is validated like any 
 
 from __future__ import annotations
 
-import ipaddress
 import os
 import posixpath
 import re
@@ -21,6 +20,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
+from launcher.addresses import is_ip
 from launcher.errors import ConfigError, Problem
 from launcher.recipe import EnvMap, RecipeSource, read_recipe
 from launcher.redact import REDACTED
@@ -33,14 +33,6 @@ _DNS_NAME = re.compile(
 
 def _env(name: str, **kw: Any) -> Any:
     return Field(None, validation_alias=AliasChoices(name), **kw)
-
-
-def _is_ip(value: str) -> bool:
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        return False
-    return True
 
 
 class Settings(BaseSettings):
@@ -73,14 +65,14 @@ class Settings(BaseSettings):
     @field_validator("leader_address")
     @classmethod
     def _leader_is_a_host(cls, value: str | None) -> str | None:
-        if value is not None and not (_is_ip(value) or _DNS_NAME.match(value)):
+        if value is not None and not (is_ip(value) or _DNS_NAME.match(value)):
             raise ValueError("is neither an IP address nor a DNS name")
         return value
 
     @field_validator("pod_ip")
     @classmethod
     def _pod_ip_is_an_ip(cls, value: str | None) -> str | None:
-        if value is not None and not _is_ip(value):
+        if value is not None and not is_ip(value):
             raise ValueError("is not an IP address")
         return value
 

@@ -6,6 +6,7 @@ import json
 import posixpath
 from typing import Any
 
+from launcher.addresses import host_port
 from launcher.errors import ConfigError
 from launcher.plan import FileSpec
 from launcher.recipe import KVEventsSpec, MooncakeStoreSpec, NixlSpec
@@ -14,7 +15,7 @@ from roles import topology
 
 def kv_events_topic(pod_ip: str, api_port: int, model_name: str) -> str:
     """llm-d's topic `kv@<podIP>:<port>@<model>` (shared/REFERENCE.md §5.3)."""
-    return f"kv@{topology.host_port(pod_ip, api_port)}@{model_name}"
+    return f"kv@{host_port(pod_ip, api_port)}@{model_name}"
 
 
 def vllm_kv_events_config(spec: KVEventsSpec, pool_name: str, start_rank: int, topic: str) -> dict[str, Any]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass
 
+from launcher.addresses import is_ip
 from launcher.errors import ConfigError, Problem
 from launcher.plan import LEADER_PLACEHOLDER, POD_IP_PLACEHOLDER, PodIdentity, Role, RoleKind
 from launcher.recipe import MooncakeDonorPool, MooncakeMasterPool, Pool, Recipe, SglangPool, VllmPool
@@ -99,7 +99,7 @@ def _engine_role(
             )
         leader = LEADER_PLACEHOLDER
         placeholders.append("LWS_LEADER_ADDRESS")
-    elif leader is not None and group_size > 1 and not _is_ip(leader):
+    elif leader is not None and group_size > 1 and not is_ip(leader):
         notes.append(
             f"LWS_LEADER_ADDRESS {leader} is a DNS name, shown unresolved; ZMQ and NCCL need an IP, so it "
             "is resolved inside the pod before the engine starts"
@@ -168,11 +168,3 @@ def _tpu_problems(settings: Settings, index: int, group_size: int) -> list[Probl
                 )
             )
     return problems
-
-
-def _is_ip(value: str) -> bool:
-    try:
-        ipaddress.ip_address(value)
-    except ValueError:
-        return False
-    return True

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
+from launcher.addresses import host_port
 from launcher.plan import HttpCheck, Plan, PortSpec, ProcessSpec, RoleKind
 from launcher.recipe import SglangPool
-from roles import topology
 from roles.args import Arg, arg, args_from
 from roles.context import BuildContext, owned_flags
 
@@ -35,7 +35,7 @@ def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
     args: list[Arg] = [*arg("model-path", model.path), *arg("served-model-name", model.served_name)]
     args += arg("tp-size", pool.tensor_parallel)
     if role.group_size > 1:
-        dist_init = topology.host_port(role.leader_address or "", pool.dist_init_port)
+        dist_init = host_port(role.leader_address or "", pool.dist_init_port)
         args += [
             *arg("nnodes", role.group_size),
             *arg("node-rank", role.worker_index),

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import ipaddress
-
 
 def dp_size(group_size: int, dp_local: int) -> int:
     return group_size * dp_local
@@ -27,13 +25,3 @@ def global_rank_ports(base: int, ranks: range) -> list[int]:
 def kv_events_base_port(port: int, start_rank: int) -> int:
     """vLLM publishes rank r on base + r (global rank); base = port - start puts local rank l on port + l."""
     return port - start_rank
-
-
-def host_port(host: str, port: int) -> str:
-    """host:port with IPv6 literals bracketed (shared/REFERENCE.md §7.2 item 29)."""
-    try:
-        if isinstance(ipaddress.ip_address(host), ipaddress.IPv6Address):
-            return f"[{host}]:{port}"
-    except ValueError:
-        pass
-    return f"{host}:{port}"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from launcher.addresses import host_port
 from roles import topology
 
 
@@ -16,6 +17,6 @@ def test_decode_pod_3_of_the_kimi_group() -> None:
 
 
 def test_host_port_brackets_ipv6_only() -> None:
-    assert topology.host_port("10.0.0.1", 20000) == "10.0.0.1:20000"
-    assert topology.host_port("fd00::1", 20000) == "[fd00::1]:20000"
-    assert topology.host_port("leader-0.lws.ns", 20000) == "leader-0.lws.ns:20000"
+    assert host_port("10.0.0.1", 20000) == "10.0.0.1:20000"
+    assert host_port("fd00::1", 20000) == "[fd00::1]:20000"
+    assert host_port("leader-0.lws.ns", 20000) == "leader-0.lws.ns:20000"

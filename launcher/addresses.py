@@ -1,0 +1,18 @@
+"""Address helpers shared by settings validation and the plan builders."""
+
+from __future__ import annotations
+
+import ipaddress
+
+
+def is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
+def host_port(host: str, port: int) -> str:
+    """host:port with IPv6 literals bracketed (shared/REFERENCE.md §7.2 #29)."""
+    return f"[{host}]:{port}" if is_ip(host) and ":" in host else f"{host}:{port}"
