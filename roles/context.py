@@ -63,14 +63,18 @@ class BuildContext:
         files: list[FileSpec] | None = None,
         notes: list[str] | None = None,
     ) -> Plan:
+        files = files or []
+        # List only the placeholders this plan really contains (a master uses no POD_IP).
+        text = [*(t for p in processes for t in (*p.argv, *p.env.values())), *(f.content for f in files)]
+        used = tuple(v for v in self.pod.placeholders if any(f"$({v})" in t for t in text))
         return Plan(
             recipe=self.recipe.name,
             role=self.role,
             pod=self.pod.identity,
             processes=tuple(processes),
-            files=tuple(files or ()),
+            files=tuple(files),
             notes=(*self.pod.notes, *(notes or ())),
-            placeholders=self.pod.placeholders,
+            placeholders=used,
         )
 
 
