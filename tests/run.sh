@@ -32,5 +32,3 @@ step "unit tier"
 
 step "engine tier"
 .venv/bin/python -m pytest tests/engines -q -m engines -p no:cacheprovider
-
-step "done"
