@@ -1,7 +1,8 @@
 """`plan --group`: every pod of one LWS group, and checks of the group as a whole.
 
-The checks read the argv each pod would run (not the Role the builder started from), so they catch
-a builder that computes one thing and emits another.
+The rank, agreement and KV-event checks read the argv each pod would run (not the Role the builder
+started from), so they catch a builder that computes one thing and emits another; the port check
+reads every port the plans declare.
 """
 
 from __future__ import annotations

@@ -36,6 +36,18 @@ def j(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
 
+def multi_connector(role: str, nixl: str, store: str) -> str:
+    """The guide's MultiConnector: NIXL for P->D transfer plus the shared MooncakeStore."""
+    return j({
+        "kv_connector": "MultiConnector",
+        "kv_role": role,
+        "kv_connector_extra_config": {"connectors": [
+            {"kv_connector": "NixlConnector", "kv_role": nixl},
+            {"kv_connector": "MooncakeStoreConnector", "kv_role": store},
+        ]},
+    })  # fmt: skip
+
+
 PREFILL_FLAGS = [
     "--tensor-parallel-size", "8",
     "--enable-expert-parallel",
@@ -48,14 +60,7 @@ PREFILL_FLAGS = [
     "--language-model-only",
     "--max-num-seqs", "32",
     "--speculative-config", j(DSPARK),
-    "--kv-transfer-config", j({
-        "kv_connector": "MultiConnector",
-        "kv_role": "kv_both",
-        "kv_connector_extra_config": {"connectors": [
-            {"kv_connector": "NixlConnector", "kv_role": "kv_producer"},
-            {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"},
-        ]},
-    }),
+    "--kv-transfer-config", multi_connector("kv_both", nixl="kv_producer", store="kv_both"),
 ]  # fmt: skip
 
 
@@ -160,14 +165,7 @@ def test_decode(plan_json: Any, index: int) -> None:
         "--no-enable-prefix-caching", "--use-replayssm",
         "--quantization-config", j({"linear": "mxfp8", "moe": "mxfp8"}),
         "--speculative-config", j(DSPARK),
-        "--kv-transfer-config", j({
-            "kv_connector": "MultiConnector",
-            "kv_role": "kv_consumer",
-            "kv_connector_extra_config": {"connectors": [
-                {"kv_connector": "NixlConnector", "kv_role": "kv_consumer"},
-                {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_consumer"},
-            ]},
-        }),
+        "--kv-transfer-config", multi_connector("kv_consumer", nixl="kv_consumer", store="kv_consumer"),
     ]  # fmt: skip
     assert procs["engine"]["env"] == {
         **HF_ENV,
