@@ -23,6 +23,20 @@ settings (CLI flags override env; env overrides the recipe's `launcher:` section
 secrets (names with TOKEN, SECRET, PASSWORD, KEY, ...) are shown as <redacted>, never put on argv.
 exit codes: 0 ok, 2 bad input (one line per problem, nothing spawned)."""
 
+_RUN_HELP = """\
+run settings:
+  LLMD_GRACE_SECONDS       the pod's terminationGracePeriodSeconds minus preStop (default 30); the
+                           engine's --shutdown-timeout is derived from it
+  LLMD_BIN_PATH            directories searched before PATH for the plan's binaries (engine venvs)
+  LLMD_SHM_DIR             stale files no process holds are removed here first (default /dev/shm)
+  LLMD_TERMINATION_LOG     why the pod ended, root cause first (default /dev/termination-log)
+  LLMD_LEADER_WAIT_SECONDS how long to wait for the leader's DNS name to resolve (default 120)
+  LLMD_SIDECAR_RESTARTS, LLMD_SIDECAR_RESTART_WINDOW, LLMD_RESTART_BACKOFF_SECONDS
+                           a sidecar may restart 5 times per 300 s, backoff 1 s doubling to 30 s
+  LLMD_LOG_FORMAT          auto (JSON unless on a terminal), json or text
+run exit codes: the engine's exit code; 128+N if signal N killed it; 2 bad input or failed preflight;
+  127 a binary could not be started."""
+
 
 def _parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(
@@ -51,7 +65,25 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--group", action="store_true", help="plan every pod of the LWS group and check the group as a whole"
     )
-    pod = plan.add_argument_group("pod and recipe (override the env)")
+    _add_pod_options(plan)
+
+    run = sub.add_parser(
+        "run",
+        help="the pod's ENTRYPOINT: preflight, then run and supervise the engine and its sidecars",
+        description="Resolve the leader, check the pod (model path, binaries, ports, files), clean stale "
+        "/dev/shm files, then run the plan's processes as PID 1: the engine is critical (its exit ends "
+        "the pod with its exit code), sidecars restart with bounded backoff. SIGTERM drains the engine "
+        "within LLMD_GRACE_SECONDS.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=_ENV_HELP + "\n" + _RUN_HELP,
+    )
+    _add_pod_options(run)
+    sub.add_parser("recipes", help="list the built-in recipes and their pools")
+    return root
+
+
+def _add_pod_options(parser: argparse.ArgumentParser) -> None:
+    pod = parser.add_argument_group("pod and recipe (override the env)")
     pod.add_argument("--recipe", metavar="NAME", help="built-in recipe (LLMD_RECIPE)")
     pod.add_argument("--recipe-file", metavar="PATH", help="recipe YAML file (LLMD_RECIPE_FILE)")
     pod.add_argument("--pool", metavar="NAME", help="pool of the recipe (LLMD_POOL)")
@@ -69,8 +101,6 @@ def _parser() -> argparse.ArgumentParser:
         help="extra env for every process (repeatable; replaces LLMD_EXTRA_ENV)",
     )
     pod.add_argument("--runtime-dir", metavar="DIR", help="LLMD_RUNTIME_DIR")
-    sub.add_parser("recipes", help="list the built-in recipes and their pools")
-    return root
 
 
 def _cli_settings(ns: argparse.Namespace) -> dict[str, object]:
@@ -154,6 +184,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if ns.command == "plan":
             return _cmd_plan(ns)
+        if ns.command == "run":
+            from launcher.run import run
+
+            return run(_cli_settings(ns))
         if ns.command == "recipes":
             return _cmd_recipes()
         parser.print_help(sys.stderr)

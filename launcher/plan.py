@@ -86,6 +86,7 @@ class Plan:
     files: tuple[FileSpec, ...] = ()
     notes: tuple[str, ...] = ()
     placeholders: tuple[str, ...] = ()  # values only the pod knows, shown as $(VAR)
+    model_path: str | None = None  # where the engine loads weights from: a directory or a hub id
 
     @property
     def engine(self) -> ProcessSpec:

@@ -46,3 +46,18 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
             out.append(token)
             hide_next = token.startswith("--") and "=" not in token and is_secret_flag(token)
     return out
+
+
+def secret_values(env: Mapping[str, str]) -> list[str]:
+    """Values of secret-named variables worth hiding in free text (too-short values would hide noise)."""
+    return sorted({v for k, v in env.items() if is_secret_name(k) and len(v) >= 4}, key=len, reverse=True)
+
+
+class Scrubber:
+    """Hides known secret values inside free text: child output, log lines, termination messages."""
+
+    def __init__(self, values: Sequence[str]) -> None:
+        self._pattern = re.compile("|".join(map(re.escape, values))) if values else None
+
+    def __call__(self, text: str) -> str:
+        return self._pattern.sub(REDACTED, text) if self._pattern else text

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import posixpath
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic.fields import FieldInfo
@@ -61,6 +61,16 @@ class Settings(BaseSettings):
     extra_args: str = ""
     extra_env: EnvMap = {}
     runtime_dir: str = "/tmp/llm-d-launcher"
+    # Supervision (`run`)
+    grace_seconds: int = Field(30, ge=1)  # the pod's terminationGracePeriodSeconds minus any preStop
+    bin_path: str = ""  # directories searched before PATH for the plan's binaries (engine venvs)
+    shm_dir: str = "/dev/shm"  # stale files here are removed before spawning ("" disables)
+    termination_log: str = "/dev/termination-log"
+    leader_wait_seconds: float = Field(120.0, gt=0)
+    sidecar_restarts: int = Field(5, ge=0)  # restarts allowed per window before a sidecar is fatal
+    sidecar_restart_window: float = Field(300.0, gt=0)
+    restart_backoff_seconds: float = Field(1.0, gt=0)  # first restart delay; doubles, capped at 30 s
+    log_format: Literal["auto", "json", "text"] = "auto"  # auto: JSON unless stderr is a terminal
 
     @field_validator("leader_address")
     @classmethod
@@ -80,6 +90,13 @@ class Settings(BaseSettings):
     @classmethod
     def _runtime_dir_is_absolute(cls, value: str) -> str:
         if not posixpath.isabs(value):
+            raise ValueError("is not an absolute path")
+        return value
+
+    @field_validator("shm_dir", "termination_log")
+    @classmethod
+    def _empty_or_absolute(cls, value: str) -> str:
+        if value and not posixpath.isabs(value):
             raise ValueError("is not an absolute path")
         return value
 
@@ -164,6 +181,14 @@ _FIXES = {
     "gpus_per_node": "set it to the number of accelerator devices in the pod, a positive integer",
     "runtime_dir": "give an absolute directory, e.g. /tmp/llm-d-launcher",
     "extra_env": 'give a JSON object of strings, e.g. {"VLLM_LOGGING_LEVEL": "DEBUG"}',
+    "grace_seconds": "set it to the pod's terminationGracePeriodSeconds (minus any preStop sleep)",
+    "shm_dir": "give an absolute directory, or an empty value to skip the /dev/shm clean-up",
+    "termination_log": "give an absolute file path (default /dev/termination-log), or empty to skip it",
+    "leader_wait_seconds": "give a positive number of seconds",
+    "sidecar_restarts": "give a non-negative integer",
+    "sidecar_restart_window": "give a positive number of seconds",
+    "restart_backoff_seconds": "give a positive number of seconds",
+    "log_format": "use auto, json or text",
 }
 
 

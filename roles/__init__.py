@@ -5,6 +5,7 @@ from __future__ import annotations
 from launcher.plan import Plan
 from launcher.recipe import MooncakeDonorPool, MooncakeMasterPool, Recipe, SglangPool, VllmPool
 from launcher.settings import Settings
+from launcher.shutdown import ShutdownBudget
 from roles.context import BuildContext
 from roles.derive import derive_role
 
@@ -20,6 +21,7 @@ def build_plan(settings: Settings, recipe: Recipe, group_member: int | None = No
         runtime_dir=settings.runtime_dir,
         extra_args=settings.extra_args,
         extra_env=settings.extra_env,
+        shutdown=ShutdownBudget.from_grace(settings.grace_seconds),
     )
     pool = derived.pool
     if isinstance(pool, VllmPool):

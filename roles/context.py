@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from launcher.errors import ConfigError, Problem
 from launcher.plan import FileSpec, Plan, ProcessSpec, Role
 from launcher.recipe import Recipe, RecipeSource
+from launcher.shutdown import ShutdownBudget
 from roles.args import Arg, flag_key, flatten, merge_extra, split_extra_args
 from roles.derive import PodFacts
 
@@ -23,6 +24,7 @@ class BuildContext:
     runtime_dir: str
     extra_args: str
     extra_env: Mapping[str, str]
+    shutdown: ShutdownBudget
 
     @property
     def pool_name(self) -> str:
@@ -62,6 +64,7 @@ class BuildContext:
         processes: list[ProcessSpec],
         files: list[FileSpec] | None = None,
         notes: list[str] | None = None,
+        model_path: str | None = None,
     ) -> Plan:
         files = files or []
         # List only the placeholders this plan really contains (a master uses no POD_IP).
@@ -75,6 +78,7 @@ class BuildContext:
             files=tuple(files),
             notes=(*self.pod.notes, *(notes or ())),
             placeholders=used,
+            model_path=model_path,
         )
 
 

@@ -36,6 +36,10 @@ _OWNED = {
     **owned_flags("set the pool's port in the recipe", "port"),
     **owned_flags("set model.path / model.served_name in the recipe", "model", "served-model-name"),
     **owned_flags("set the pool's kv_events in the recipe", "kv-events-config"),
+    **owned_flags(
+        "set LLMD_GRACE_SECONDS to the pod's terminationGracePeriodSeconds; the drain time follows from it",
+        "shutdown-timeout",
+    ),
 }
 
 
@@ -65,6 +69,8 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
     args += arg("port", pool.port)
     args += _topology_args(pool, ctx)
     args += arg("tensor-parallel-size", pool.tensor_parallel)
+    # Drain in-flight requests on SIGTERM, within the pod's grace period (launcher/shutdown.py).
+    args += arg("shutdown-timeout", ctx.shutdown.drain)
     args += args_from(pool.args)
     if pool.kv_events:
         topic = kv_events_topic(ctx.pod.pod_ip, pool.port, model.name)
@@ -106,7 +112,7 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
         )
     if pool.disagg_sidecar and serves:
         processes.append(_disagg_sidecar(pool, ctx))
-    return ctx.plan(processes, files, notes)
+    return ctx.plan(processes, files, notes, model_path=model.path)
 
 
 def _topology_args(pool: VllmPool, ctx: BuildContext) -> list[Arg]:

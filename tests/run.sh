@@ -27,8 +27,14 @@ step "ruff"
 step "mypy"
 .venv/bin/mypy
 
+step "hadolint (images/)"
+bash scripts/lint-images.sh
+
 step "unit tier"
 .venv/bin/python -m pytest tests/unit -q -p no:cacheprovider
+
+step "supervisor tier (llm-d-launcher run over stand-in processes)"
+.venv/bin/python -m pytest tests/supervisor -q -p no:cacheprovider
 
 step "engine tier"
 .venv/bin/python -m pytest tests/engines -q -m engines -p no:cacheprovider

@@ -50,6 +50,7 @@ def multi_connector(role: str, nixl: str, store: str) -> str:
 
 PREFILL_FLAGS = [
     "--tensor-parallel-size", "8",
+    "--shutdown-timeout", "17",  # LLMD_GRACE_SECONDS 30 (launcher/shutdown.py)
     "--enable-expert-parallel",
     "--enable-ep-weight-filter",
     "--enable-cumem-allocator",
@@ -158,6 +159,7 @@ def test_decode(plan_json: Any, index: int) -> None:
         "--data-parallel-start-rank", str(4 * index),
         "--data-parallel-address", DECODE_LEADER, "--data-parallel-rpc-port", "5555",
         "--data-parallel-multi-port-external-lb", "--data-parallel-supervisor-port", "8208",
+        "--shutdown-timeout", "17",
         "--enable-expert-parallel", "--enable-ep-weight-filter", "--enable-cumem-allocator",
         "--load-format", "fastsafetensors", "--gpu-memory-utilization", "0.95",
         "--kv-cache-dtype", "nvfp4_ds_mla", "--max-num-seqs", "32",

@@ -58,10 +58,12 @@ def test_recipe_file_launcher_section_is_validated(run_cli: Any, tmp_path: Path)
 def test_user_recipe_single_pod(plan_json: Any, user_recipe: str) -> None:
     plan = plan_json(env={"LLMD_RECIPE_FILE": user_recipe, "POD_IP": "10.0.0.7"})
     assert plan["recipe"] == "tiny" and plan["role"]["name"] == "serve-leader"
-    assert engine(plan)["argv"][:8] == [
-        "vllm", "serve", "/models/tiny", "--served-model-name", "tiny", "--port", "9000", "--max-model-len",
+    assert engine(plan)["argv"][:9] == [
+        "vllm", "serve", "/models/tiny", "--served-model-name", "tiny", "--port", "9000",
+        "--shutdown-timeout", "17",
     ]  # fmt: skip
     assert "--nnodes" not in engine(plan)["argv"]  # one pod: no multi-node flags
+    assert "--max-model-len" in engine(plan)["argv"]
     assert '"topic":"kv@10.0.0.7:9000@tiny"' in " ".join(engine(plan)["argv"])
 
 

@@ -1,0 +1,253 @@
+"""Checks that run before anything is spawned. Each is bounded in time and fails with one line naming
+the setting and the fix (exit 2): a wrong flag found here costs seconds, not an hour of model loading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from launcher.errors import ConfigError, Problem
+from launcher.plan import Plan
+
+T = TypeVar("T")
+Resolver = Callable[[str], str]
+CHECK_TIMEOUT = 20.0  # seconds any one local check may take
+WAIT_LOG_EVERY = 5.0  # seconds between "still waiting" lines
+
+
+def in_daemon_thread(fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+    """Run blocking work (getaddrinfo, /proc scans) without blocking signals, and without a worker
+    thread that would hold up the launcher's exit if the work never returns."""
+    loop = asyncio.get_running_loop()
+    future: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: Any, error: BaseException | None) -> None:
+        if future.done():
+            return
+        if error is None:
+            future.set_result(result)
+        else:
+            future.set_exception(error)
+
+    def work() -> None:
+        try:
+            result, error = fn(*args), None
+        except BaseException as exc:  # handed to the awaiting task
+            result, error = None, exc
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is waiting any more
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=work, name=f"preflight-{getattr(fn, '__name__', 'check')}", daemon=True).start()
+    return future
+
+
+def getaddrinfo_ip(name: str) -> str:
+    """The first address the system resolver gives (its own RFC 6724 order; IPv6-only clusters work)."""
+    infos = socket.getaddrinfo(name, None, type=socket.SOCK_STREAM)
+    return str(infos[0][4][0])
+
+
+async def resolve_leader(
+    name: str, wait_seconds: float, log: Any, resolver: Resolver = getaddrinfo_ip
+) -> str:
+    """LWS_LEADER_ADDRESS is a DNS name that resolves only once the leader pod has an IP; ZMQ binds and
+    NCCL need the IP. Retry until the bound, saying every few seconds what we wait for."""
+    started = time.monotonic()
+    last_log = started
+    error = "no answer yet"
+    while True:
+        remaining = wait_seconds - (time.monotonic() - started)
+        if remaining <= 0:
+            break
+        try:
+            ip = await asyncio.wait_for(in_daemon_thread(resolver, name), timeout=min(remaining, 10.0))
+            log.info("leader resolved", leader=name, ip=ip, waited_s=round(time.monotonic() - started, 2))
+            return ip
+        except (OSError, UnicodeError, asyncio.TimeoutError) as exc:
+            error = str(exc) or type(exc).__name__
+        now = time.monotonic()
+        if now - last_log >= WAIT_LOG_EVERY:
+            last_log = now
+            log.info(
+                "waiting for LWS_LEADER_ADDRESS to resolve",
+                leader=name,
+                waited_s=round(now - started, 1),
+                limit_s=wait_seconds,
+                error=error,
+            )
+        await asyncio.sleep(min(1.0, max(0.0, wait_seconds - (now - started))))
+    raise ConfigError.one(
+        "LWS_LEADER_ADDRESS",
+        f"{name} did not resolve to an IP within {wait_seconds:g} s (last error: {error})",
+        "check that the leader pod exists and the LWS headless service publishes it, or raise "
+        "LLMD_LEADER_WAIT_SECONDS",
+    )
+
+
+# ------------------------------------------------------------------ local checks (each returns problems)
+def check_ports(plan: Plan) -> list[Problem]:
+    """Every port the plan listens on must be free; name the process that holds it."""
+    import psutil
+
+    wanted = {port.number: (owner, port.name) for owner, port in plan.ports}
+    problems = []
+    seen: set[int] = set()
+    for conn in psutil.net_connections(kind="tcp"):
+        port = conn.laddr.port if conn.laddr else None
+        if conn.status != psutil.CONN_LISTEN or port not in wanted or port in seen:
+            continue
+        seen.add(port)
+        owner, name = wanted[port]
+        problems.append(
+            Problem(
+                f"port {port}",
+                f"{owner}'s {name} port is already in use by {_describe_pid(conn.pid)}",
+                f"stop that process, or move {owner}'s {name} port in recipe pool {plan.role.pool}",
+            )
+        )
+    return problems
+
+
+def _describe_pid(pid: int | None) -> str:
+    import psutil
+
+    if pid is None:
+        return "a process this user cannot see"
+    try:
+        proc = psutil.Process(pid)
+        cmdline = " ".join(proc.cmdline())[:120] or proc.name()
+    except psutil.Error:
+        return f"pid {pid}"
+    return f"pid {pid} ({cmdline})"
+
+
+def check_model(plan: Plan) -> list[Problem]:
+    """A local model (an absolute path) must be mounted and hold a config.json; hub ids are left to
+    the engine."""
+    path = plan.model_path
+    if not path or not path.startswith("/"):
+        return []
+    fix = "mount the model volume there, or fix model.path in the recipe"
+    if not Path(path).is_dir():
+        return [Problem("model.path", f"{path} does not exist or is not a directory", fix)]
+    if not (Path(path) / "config.json").is_file():
+        return [Problem("model.path", f"{path} holds no config.json (not a model directory)", fix)]
+    return []
+
+
+def search_path(bin_path: str, env: dict[str, str] | None = None) -> str:
+    """LLMD_BIN_PATH first (engine venvs), then the process's PATH."""
+    base = (env or {}).get("PATH") or os.environ.get("PATH") or os.defpath
+    return f"{bin_path}{os.pathsep}{base}" if bin_path else base
+
+
+def check_binaries(plan: Plan, bin_path: str) -> list[Problem]:
+    problems = []
+    for process in plan.processes:
+        binary = process.argv[0]
+        where = search_path(bin_path, dict(process.env))
+        if shutil.which(binary, path=where) is None:
+            problems.append(
+                Problem(
+                    f"process {process.name}",
+                    f"{binary} is not found or not executable (searched LLMD_BIN_PATH and PATH)",
+                    "install it in the image, or put its directory on LLMD_BIN_PATH",
+                )
+            )
+    return problems
+
+
+def check_runtime_dir(plan: Plan, runtime_dir: str) -> list[Problem]:
+    """The plan's files go under LLMD_RUNTIME_DIR; find out now, not after spawning half the pod."""
+    if not plan.files:
+        return []
+    try:
+        Path(runtime_dir).mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=runtime_dir, prefix=".write-check-"):
+            pass
+    except OSError as exc:
+        return [
+            Problem(
+                "LLMD_RUNTIME_DIR",
+                f"{runtime_dir} is not writable ({exc.strerror or exc})",
+                "mount a writable volume (e.g. emptyDir) there, or point LLMD_RUNTIME_DIR elsewhere",
+            )
+        ]
+    return []
+
+
+def clean_shm(directory: str) -> list[str]:
+    """Remove files in /dev/shm that no live process holds open or mapped: leftovers of a crashed
+    engine that would otherwise turn one crash into a crash loop (llm-d/llm-d#352)."""
+    root = Path(directory)
+    if not root.is_dir():
+        return []
+    in_use = _paths_in_use(str(root))
+    removed = []
+    for entry in root.iterdir():
+        if entry.is_dir() and not entry.is_symlink():
+            continue
+        if str(entry) in in_use:
+            continue
+        try:
+            entry.unlink()
+            removed.append(entry.name)
+        except FileNotFoundError:
+            pass
+    return removed
+
+
+def _paths_in_use(prefix: str) -> set[str]:
+    used: set[str] = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        base = f"/proc/{pid}"
+        try:
+            for fd in os.listdir(f"{base}/fd"):
+                try:
+                    target = os.readlink(f"{base}/fd/{fd}")
+                except OSError:
+                    continue
+                if target.startswith(prefix):
+                    used.add(target.removesuffix(" (deleted)"))
+            with open(f"{base}/maps", encoding="utf-8", errors="replace") as maps:
+                for line in maps:
+                    if prefix in line:
+                        used.add(line.split(None, 5)[-1].strip().removesuffix(" (deleted)"))
+        except OSError:  # gone, or not ours to read
+            continue
+    return used
+
+
+async def _bounded(what: str, fn: Callable[..., T], *args: Any) -> T:
+    try:
+        return await asyncio.wait_for(in_daemon_thread(fn, *args), timeout=CHECK_TIMEOUT)
+    except asyncio.TimeoutError:
+        raise ConfigError.one(
+            f"preflight {what}", f"did not finish within {CHECK_TIMEOUT:g} s", "check the node"
+        ) from None
+
+
+async def run_preflight(plan: Plan, *, bin_path: str, runtime_dir: str, shm_dir: str, log: Any) -> None:
+    """All local checks; every problem found is reported at once."""
+    problems: list[Problem] = []
+    problems += await _bounded("model path", check_model, plan)
+    problems += await _bounded("binaries", check_binaries, plan, bin_path)
+    problems += await _bounded("runtime directory", check_runtime_dir, plan, runtime_dir)
+    problems += await _bounded("ports", check_ports, plan)
+    if problems:
+        raise ConfigError(problems)
+    if shm_dir:
+        removed = await _bounded("shm clean-up", clean_shm, shm_dir)
+        log.info(
+            "removed stale shared-memory files", directory=shm_dir, count=len(removed), files=removed[:20]
+        )

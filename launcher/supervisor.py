@@ -1,0 +1,485 @@
+"""The Supervisor: runs one pod's Plan as PID 1 and ends it the way LeaderWorkerSet expects.
+
+Read top to bottom for the life cycle (after gunicorn's arbiter and honcho's manager): signal handlers
+only enqueue an event; one loop dispatches events (`_on_<event>`); all reaping happens in `_reap`.
+
+- Each process runs in its own process group (setsid) so a signal reaches its whole tree.
+- The engine is critical: when it exits, everything stops and the launcher exits with its code, so
+  LWS (RecreateGroupOnPodRestart) recreates the group. Sidecars restart with exponential backoff,
+  bounded per window; past the bound they are treated as critical.
+- Shutdown order (launcher/shutdown.py): not ready -> SIGTERM engine (it drains) -> SIGTERM sidecars
+  -> SIGKILL whatever is left just before the grace deadline.
+- The launcher is a child subreaper (or PID 1), so orphaned grandchildren are reaped here too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from launcher.logs import ChildOutput
+from launcher.plan import FileSpec, Plan, ProcessSpec
+from launcher.preflight import search_path
+from launcher.redact import redact_argv
+from launcher.shutdown import ShutdownBudget
+
+BACKOFF_CAP = 30.0  # seconds: the longest a sidecar waits before its next restart
+TAIL_LINES = 40  # output lines kept per process for the termination message
+MAX_LINE = 64 * 1024  # a longer "line" is passed on in pieces
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def exit_code_of(code: int) -> int:
+    """A shell-style exit code: a child killed by signal N gives 128+N (SIGKILL 137, SIGTERM 143)."""
+    return 128 - code if code < 0 else code
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        return f"was killed by {signal.Signals(-code).name}"
+    return f"exited with code {code}"
+
+
+def restart_delay(recent_restarts: int, base: float) -> float:
+    """Exponential backoff: base, 2*base, 4*base, ... capped at BACKOFF_CAP."""
+    return float(min(BACKOFF_CAP, base * 2 ** max(0, recent_restarts - 1)))
+
+
+# ------------------------------------------------------------------------------------------ events
+@dataclass(frozen=True)
+class SignalReceived:
+    signum: int
+
+
+@dataclass(frozen=True)
+class ChildExited:
+    pid: int
+    code: int  # as os.waitstatus_to_exitcode: -N when killed by signal N
+
+
+@dataclass(frozen=True)
+class RestartDue:
+    name: str
+
+
+@dataclass(frozen=True)
+class ShutdownDone:
+    pass
+
+
+Event = SignalReceived | ChildExited | RestartDue | ShutdownDone
+
+
+@dataclass(frozen=True)
+class SupervisorConfig:
+    budget: ShutdownBudget
+    bin_path: str = ""
+    sidecar_restarts: int = 5
+    sidecar_restart_window: float = 300.0
+    restart_backoff: float = 1.0
+
+
+@dataclass
+class Outcome:
+    exit_code: int
+    reason: str  # one line, the root cause first
+    output: list[str] = field(default_factory=list)  # the failing process's last lines
+
+    def termination_message(self) -> str:
+        if not self.output:
+            return self.reason
+        return "\n".join([self.reason, "last output:", *self.output])
+
+
+@dataclass
+class ProcessState:
+    """What the supervisor (and the probe server) know about one process of the plan."""
+
+    spec: ProcessSpec
+    pid: int | None = None
+    popen: subprocess.Popen[bytes] | None = None
+    running: bool = False
+    exited: asyncio.Event = field(default_factory=asyncio.Event)
+    last_exit: int | None = None
+    restarts: int = 0  # total, for metrics
+    recent_exits: deque[float] = field(default_factory=deque)  # monotonic times within the window
+    tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+class Supervisor:
+    def __init__(
+        self,
+        plan: Plan,
+        config: SupervisorConfig,
+        events: asyncio.Queue[Event],
+        output: ChildOutput,
+        log: Any,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.plan = plan
+        self.config = config
+        self.events = events
+        self.output = output
+        self.log = log
+        self.clock = clock
+        self.processes = [ProcessState(spec) for spec in plan.processes]
+        self.stopping = False
+        self.outcome: Outcome | None = None
+        self._by_pid: dict[int, ProcessState] = {}
+        self._groups: set[int] = set()  # every process group we created
+        self._readers: dict[int, _LineReader] = {}
+        self._quiet = asyncio.Event()  # set on each reap: the shutdown waits on it
+
+    @property
+    def engine(self) -> ProcessState:
+        return self.processes[0]
+
+    # ------------------------------------------------------------------ life cycle
+    async def run(self) -> Outcome:
+        loop = asyncio.get_running_loop()
+        become_subreaper()
+        loop.add_signal_handler(signal.SIGCHLD, self._reap)
+        try:
+            write_files(self.plan.files)
+            for state in self.processes:
+                self._spawn(state)
+                if self.stopping:
+                    break
+            while True:
+                event = await self.events.get()
+                if isinstance(event, ShutdownDone):
+                    break
+                self._dispatch(event)
+        finally:
+            loop.remove_signal_handler(signal.SIGCHLD)
+            self._close_readers()
+        assert self.outcome is not None
+        return self.outcome
+
+    def _dispatch(self, event: Event) -> None:
+        if isinstance(event, SignalReceived):
+            self._on_signal(event.signum)
+        elif isinstance(event, ChildExited):
+            self._on_exit(event.pid, event.code)
+        elif isinstance(event, RestartDue):
+            self._on_restart_due(event.name)
+
+    def _on_signal(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        if not self.stopping:
+            self.log.info("shutting down", signal=name, grace_s=self.config.budget.grace)
+            self._begin_shutdown(f"stopped by {name}", exit_code=None)
+        elif signum == signal.SIGINT:  # a second Ctrl-C at a terminal: do not make people wait
+            self.log.warning("second SIGINT: killing every process now")
+            self._kill_all(signal.SIGKILL)
+
+    def _on_exit(self, pid: int, code: int) -> None:
+        state = self._by_pid.pop(pid, None)
+        if state is None:
+            self.log.info("reaped orphaned process", pid=pid, code=exit_code_of(code))
+            return
+        self._drain_output(state)
+        state.running = False
+        state.last_exit = code
+        state.exited.set()
+        level = self.log.info if self.stopping or code == 0 else self.log.error
+        level("process exited", process=state.name, pid=pid, code=exit_code_of(code), how=describe_exit(code))
+        if self.stopping:
+            return
+        if state.spec.critical:
+            self._begin_shutdown(
+                f"{state.name} {describe_exit(code)}", exit_code_of(code), output=list(state.tail)
+            )
+            return
+        self._schedule_restart(state, code)
+
+    def _schedule_restart(self, state: ProcessState, code: int) -> None:
+        now = self.clock()
+        window = self.config.sidecar_restart_window
+        while state.recent_exits and now - state.recent_exits[0] > window:
+            state.recent_exits.popleft()
+        state.recent_exits.append(now)
+        if len(state.recent_exits) > self.config.sidecar_restarts:
+            reason = (
+                f"sidecar {state.name} {describe_exit(code)} and crash-looped: "
+                f"{len(state.recent_exits)} exits within {window:g} s "
+                f"(LLMD_SIDECAR_RESTARTS={self.config.sidecar_restarts})"
+            )
+            self._begin_shutdown(reason, exit_code_of(code) or 1, output=list(state.tail))
+            return
+        delay = restart_delay(len(state.recent_exits), self.config.restart_backoff)
+        self.log.warning(
+            "restarting sidecar",
+            process=state.name,
+            attempt=len(state.recent_exits),
+            allowed=self.config.sidecar_restarts,
+            window_s=window,
+            delay_s=delay,
+        )
+        asyncio.get_running_loop().call_later(delay, self.events.put_nowait, RestartDue(state.name))
+
+    def _on_restart_due(self, name: str) -> None:
+        state = next(s for s in self.processes if s.name == name)
+        if self.stopping or state.running:
+            return
+        state.restarts += 1
+        self._spawn(state)
+
+    # ------------------------------------------------------------------ spawning and output
+    def _spawn(self, state: ProcessState) -> None:
+        spec = state.spec
+        env = {**os.environ, **spec.env}
+        env["PATH"] = search_path(self.config.bin_path, env)
+        executable = _which(spec.argv[0], env["PATH"])
+        try:
+            popen = subprocess.Popen(
+                list(spec.argv),
+                executable=executable,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # its own process group: signals reach its whole tree
+                close_fds=True,
+            )
+        except OSError as exc:
+            code = 126 if isinstance(exc, PermissionError) else 127
+            reason = f"{state.name} could not start: {spec.argv[0]}: {exc.strerror or exc}"
+            self.log.error("spawn failed", process=state.name, error=str(exc))
+            if spec.critical:
+                self._begin_shutdown(reason, code)
+            else:
+                state.tail.append(reason)
+                self._schedule_restart(state, code)
+            return
+        state.popen, state.pid, state.running = popen, popen.pid, True
+        state.exited = asyncio.Event()
+        self._by_pid[popen.pid] = state
+        self._groups.add(popen.pid)
+        self.log.info("started", process=state.name, pid=popen.pid, argv=redact_argv(spec.argv))
+        loop = asyncio.get_running_loop()
+        for stream, pipe in (("stdout", popen.stdout), ("stderr", popen.stderr)):
+            assert pipe is not None
+            reader = _LineReader(state, stream, pipe, self.output)
+            os.set_blocking(reader.fd, False)
+            self._readers[reader.fd] = reader
+            loop.add_reader(reader.fd, self._on_readable, reader)
+
+    def _on_readable(self, reader: _LineReader) -> None:
+        if reader.read() is False:
+            self._close_reader(reader)
+
+    def _drain_output(self, state: ProcessState) -> None:
+        """Pass on what the process wrote before it exited, before anything reports its exit."""
+        for reader in [r for r in self._readers.values() if r.state is state]:
+            while reader.read():
+                pass
+
+    def _close_reader(self, reader: _LineReader) -> None:
+        reader.flush()
+        with contextlib.suppress(Exception):
+            asyncio.get_running_loop().remove_reader(reader.fd)
+        self._readers.pop(reader.fd, None)
+        with contextlib.suppress(OSError):
+            reader.pipe.close()
+
+    def _close_readers(self) -> None:
+        for reader in list(self._readers.values()):
+            while reader.read():
+                pass
+            self._close_reader(reader)
+
+    # ------------------------------------------------------------------ reaping
+    def _reap(self) -> None:
+        """The one place children are reaped: ours and orphans re-parented to us."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            code = os.waitstatus_to_exitcode(status)
+            state = self._by_pid.get(pid)
+            if state is not None and state.popen is not None:
+                state.popen.returncode = code  # keep subprocess from waiting on a reaped pid
+            self.events.put_nowait(ChildExited(pid, code))
+        self._quiet.set()
+
+    # ------------------------------------------------------------------ shutdown
+    def _begin_shutdown(self, reason: str, exit_code: int | None, output: list[str] | None = None) -> None:
+        """exit_code None: a signal asked us to stop; the engine's own exit code decides."""
+        if self.stopping:
+            return
+        self.stopping = True
+        self.outcome = Outcome(exit_code if exit_code is not None else -1, reason, output or [])
+        asyncio.get_running_loop().create_task(self._shutdown(exit_code is None))
+
+    async def _shutdown(self, engine_decides: bool) -> None:
+        budget = self.config.budget
+        started = self.clock()
+        engine = self.engine
+        if engine.running:
+            self._signal_group(engine, signal.SIGTERM)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(engine.exited.wait(), timeout=budget.engine_deadline)
+            if engine.running:
+                self.log.warning(
+                    "engine still running after its drain window", waited_s=budget.engine_deadline
+                )
+        for state in self.processes:  # sidecars, and what is left of a dead engine's group
+            self._signal_group(state, signal.SIGTERM, even_if_exited=True)
+        self._signal_strays(signal.SIGTERM)
+        if not await self._wait_quiet(started + budget.kill_at):
+            left = self._descendants()
+            self.log.warning(
+                "killing processes that outlived the grace period",
+                pids=[p.pid for p in left],
+                processes=[s.name for s in self.processes if s.running],
+            )
+            self._kill_all(signal.SIGKILL)
+            await self._wait_quiet(self.clock() + 2.0)
+        assert self.outcome is not None
+        if engine_decides:
+            code = engine.last_exit
+            self.outcome.exit_code = exit_code_of(code) if code is not None else 0
+            if code not in (None, 0):
+                self.outcome.reason += f"; engine {describe_exit(code)} while stopping"
+                self.outcome.output = list(engine.tail)
+        self.events.put_nowait(ShutdownDone())
+
+    async def _wait_quiet(self, deadline: float) -> bool:
+        """Until every process of the plan and every descendant (orphans included) has exited."""
+        while True:
+            self._reap()  # collect zombies now: a pending SIGCHLD must not outlive us
+            if not any(s.running for s in self.processes) and not self._descendants():
+                self._reap()  # one that died between the two calls above is a zombie of ours now
+                return True
+            remaining = deadline - self.clock()
+            if remaining <= 0:
+                return False
+            self._quiet.clear()
+            # Woken by every reap; the short timeout catches grandchildren reaped by their own parents.
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._quiet.wait(), timeout=min(remaining, 0.1))
+
+    def _descendants(self) -> list[Any]:
+        import psutil
+
+        try:
+            children = psutil.Process().children(recursive=True)
+        except psutil.Error:
+            return []
+        alive = []
+        for child in children:
+            with contextlib.suppress(psutil.Error):
+                if child.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(child)
+        return alive
+
+    def _signal_group(self, state: ProcessState, sig: int, even_if_exited: bool = False) -> None:
+        if state.pid is None or not (state.running or even_if_exited):
+            return
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(state.pid, sig)
+
+    def _kill_all(self, sig: int) -> None:
+        for group in self._groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, sig)
+        self._signal_strays(sig)
+
+    def _signal_strays(self, sig: int) -> None:
+        """Descendants that left our process groups (daemonized orphans re-parented to us)."""
+        import psutil
+
+        for proc in self._descendants():
+            with contextlib.suppress(psutil.Error, OSError):
+                if os.getpgid(proc.pid) not in self._groups:
+                    proc.send_signal(sig)
+
+
+class _LineReader:
+    """Splits one child pipe into lines and hands each to the output, keeping a short tail."""
+
+    def __init__(self, state: ProcessState, stream: str, pipe: IO[bytes], output: ChildOutput) -> None:
+        self.state, self.stream, self.pipe, self.output = state, stream, pipe, output
+        self.fd = pipe.fileno()
+        self.buffer = b""
+
+    def read(self) -> bool | None:
+        """One non-blocking read: True if data came, None if none is waiting, False at end of file."""
+        try:
+            chunk = os.read(self.fd, 65536)
+        except BlockingIOError:
+            return None
+        except OSError:
+            return False
+        if not chunk:
+            return False
+        self.buffer += chunk
+        *lines, self.buffer = self.buffer.split(b"\n")
+        for line in lines:
+            self._emit(line)
+        while len(self.buffer) > MAX_LINE:
+            self._emit(self.buffer[:MAX_LINE])
+            self.buffer = self.buffer[MAX_LINE:]
+        return True
+
+    def flush(self) -> None:
+        if self.buffer:
+            self._emit(self.buffer)
+            self.buffer = b""
+
+    def _emit(self, raw: bytes) -> None:
+        text = raw.decode("utf-8", errors="replace").rstrip("\r")
+        self.state.tail.append(self.output.line(self.state.name, self.stream, text))
+
+
+def _which(binary: str, path: str) -> str:
+    import shutil
+
+    return shutil.which(binary, path=path) or binary
+
+
+def write_files(files: tuple[FileSpec, ...]) -> None:
+    """Atomically: a reader (the engine, a restarted sidecar) sees the old file or the new, never half."""
+    for spec in files:
+        target = Path(spec.path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(spec.content)
+                handle.flush()
+                os.fchmod(handle.fileno(), spec.mode)
+                os.fsync(handle.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
+
+
+def become_subreaper() -> None:
+    """Orphaned grandchildren are re-parented to us (not to the node's init) so we reap them."""
+    if os.getpid() == 1:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)

@@ -1,0 +1,135 @@
+"""Runs `llm-d-launcher run` as a real subprocess, the way a container runtime would, and finds every
+process it left behind (each run tags its environment, which children and orphans inherit)."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+
+STANDINS = Path(__file__).resolve().parents[1] / "standins"
+RUN_TAG = "LLMD_TEST_RUN"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def tagged(tag: str) -> list[psutil.Process]:
+    """Live processes (not zombies) whose environment carries this run's tag."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(RUN_TAG) == tag and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+@dataclass
+class LauncherPod:
+    workdir: Path
+    env: dict[str, str]
+    port: int = 0  # the stand-in engine's HTTP port
+    argv: list[str] = field(default_factory=lambda: ["run"])
+    tag: str = field(default_factory=lambda: uuid.uuid4().hex)
+    proc: subprocess.Popen[str] | None = None
+    stdout: str = ""
+    stderr: str = ""
+
+    def start(self) -> LauncherPod:
+        env = {
+            "PATH": "/usr/bin:/bin",
+            "HOME": str(self.workdir),
+            "LLMD_SHM_DIR": str(self.workdir / "shm"),
+            "LLMD_TERMINATION_LOG": str(self.termination_log),
+            "LLMD_RUNTIME_DIR": str(self.workdir / "run"),
+            "LLMD_LOG_FORMAT": "text",
+            RUN_TAG: self.tag,
+            **self.env,
+        }
+        self._out = open(self.workdir / "stdout", "w+")  # noqa: SIM115 - closed in finish()
+        self._err = open(self.workdir / "stderr", "w+")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "launcher", *self.argv],
+            env=env,
+            cwd=self.workdir,
+            stdout=self._out,
+            stderr=self._err,
+            text=True,
+        )
+        return self
+
+    @property
+    def termination_log(self) -> Path:
+        return self.workdir / "termination-log"
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def output(self) -> str:
+        return (self.workdir / "stdout").read_text() + (self.workdir / "stderr").read_text()
+
+    def wait_for(self, text: str, timeout: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if text in self.output():
+                return
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"launcher exited {self.proc.returncode} before {text!r}:\n{self.output()}"
+                )
+            time.sleep(0.05)
+        raise AssertionError(f"{text!r} not seen within {timeout} s:\n{self.output()}")
+
+    def children(self) -> dict[str, psutil.Process]:
+        """The launcher's direct children by process name as the plan names them (argv heuristics)."""
+        out = {}
+        for child in psutil.Process(self.pid).children():
+            cmd = child.cmdline()
+            out["render" if "render" in cmd else "engine"] = child
+        return out
+
+    def signal(self, sig: int = signal.SIGTERM) -> None:
+        os.kill(self.pid, sig)
+
+    def finish(self, timeout: float = 30.0) -> int:
+        """Wait for the launcher to exit; return its code. Everything it started must be gone."""
+        assert self.proc is not None
+        try:
+            code = self.proc.wait(timeout=timeout)
+        finally:
+            self._out.close()
+            self._err.close()
+        self.stdout = (self.workdir / "stdout").read_text()
+        self.stderr = (self.workdir / "stderr").read_text()
+        return code
+
+    def leftovers(self) -> list[psutil.Process]:
+        return tagged(self.tag)
+
+    def kill_everything(self) -> None:
+        running = self.proc is not None and self.proc.poll() is None
+        for proc in [*self.leftovers(), *([psutil.Process(self.pid)] if running else [])]:
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+
+
+def iter_lines(text: str, marker: str) -> Iterator[str]:
+    return (line for line in text.splitlines() if marker in line)

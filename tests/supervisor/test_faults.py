@@ -1,0 +1,201 @@
+"""Fault tests: each asserts the exit code, the message, and that no process is left behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+
+from tests.supervisor.conftest import MakePod
+from tests.supervisor.pods import LauncherPod
+
+
+def assert_clean_exit(pod: LauncherPod, code: int, expected: int) -> None:
+    assert code == expected, pod.output()
+    assert pod.leftovers() == [], pod.output()
+
+
+def test_sigterm_stops_engine_and_sidecar_with_exit_0(make_pod: MakePod) -> None:
+    pod = make_pod().start()
+    pod.wait_for("render | stand-in render up")
+    pod.wait_for("engine | stand-in engine up")
+    assert httpx.get(f"http://127.0.0.1:{pod.port}/health").status_code == 200
+    pod.signal(signal.SIGTERM)
+    assert_clean_exit(pod, pod.finish(), 0)
+    assert "engine | stand-in draining up to 17s" in pod.stdout  # --shutdown-timeout from grace 30
+    assert not pod.termination_log.exists()  # written only for a non-zero exit
+
+
+def test_engine_killed_by_sigkill_exits_137_promptly(make_pod: MakePod) -> None:
+    pod = make_pod().start()
+    pod.wait_for("render | stand-in render up")
+    pod.wait_for("engine | stand-in engine up")
+    engine = pod.children()["engine"]
+    killed = time.monotonic()
+    engine.kill()
+    code = pod.finish()
+    took = time.monotonic() - killed
+    assert_clean_exit(pod, code, 137)
+    assert took < 5, took  # generous bound for a loaded CI box; bench/ measures the real latency
+    message = pod.termination_log.read_text()
+    assert message.startswith("engine was killed by SIGKILL"), message
+    assert "process exited" in pod.stderr and "process=render" in pod.stderr  # sidecar was stopped
+
+
+def test_engine_exit_3_during_startup(make_pod: MakePod) -> None:
+    pod = make_pod({"STANDIN_ENGINE": "exit=3@0.3"}).start()
+    assert_clean_exit(pod, pod.finish(), 3)
+    message = pod.termination_log.read_text()
+    assert message.splitlines()[0] == "engine exited with code 3"
+    assert "stand-in exiting with 3" in message  # the engine's own last words, after the reason
+
+
+def test_sidecar_crashes_twice_then_stays_up(make_pod: MakePod, tmp_path: Path) -> None:
+    counter = tmp_path / "render-starts"
+    pod = make_pod({"STANDIN_RENDER": f"crash-first=2@{counter}"}).start()
+    pod.wait_for("render | stand-in render up")
+    assert counter.read_text() == "3"
+    restarts = [line for line in pod.output().splitlines() if "restarting sidecar" in line]
+    assert len(restarts) == 2 and "attempt=2" in restarts[1], restarts
+    assert pod.proc is not None and pod.proc.poll() is None  # the engine never noticed
+    pod.signal(signal.SIGTERM)
+    assert_clean_exit(pod, pod.finish(), 0)
+
+
+def test_sidecar_crash_loop_past_the_bound_ends_the_pod(make_pod: MakePod, tmp_path: Path) -> None:
+    env = {"STANDIN_RENDER": f"crash-first=99@{tmp_path / 'n'}", "LLMD_SIDECAR_RESTARTS": "2"}
+    pod = make_pod(env).start()
+    assert_clean_exit(pod, pod.finish(), 1)
+    message = pod.termination_log.read_text()
+    assert message.startswith("sidecar render exited with code 1 and crash-looped: 3 exits within 300 s")
+    assert "stand-in crash 3 of 99" in message
+
+
+def test_child_ignoring_sigterm_is_killed_at_the_deadline(make_pod: MakePod) -> None:
+    pod = make_pod({"STANDIN_ENGINE": "ignore-term", "LLMD_GRACE_SECONDS": "4"}).start()
+    pod.wait_for("engine | stand-in engine up")
+    started = time.monotonic()
+    pod.signal(signal.SIGTERM)
+    code = pod.finish()
+    took = time.monotonic() - started
+    assert_clean_exit(pod, code, 137)  # the engine's fate: SIGKILL
+    assert 2.5 <= took < 4, took  # grace 4 s: SIGKILL at 3 s, before the kubelet would
+    assert "engine was killed by SIGKILL while stopping" in pod.termination_log.read_text()
+
+
+def test_orphaned_grandchild_is_reaped(make_pod: MakePod, tmp_path: Path) -> None:
+    short, long = tmp_path / "short.pid", tmp_path / "long.pid"
+    pod = make_pod({"STANDIN_ENGINE": f"orphan={short}@0.5", "STANDIN_RENDER": f"orphan={long}"}).start()
+    pod.wait_for("render | stand-in render up")
+    pod.wait_for(f"reaped orphaned process code=0 pid={short.read_text()}", timeout=10)
+    orphan = psutil.Process(int(long.read_text()))
+    assert orphan.ppid() == pod.pid  # re-parented to the launcher (child subreaper), not to init
+    pod.signal(signal.SIGTERM)
+    assert_clean_exit(pod, pod.finish(), 0)
+    assert not psutil.pid_exists(orphan.pid)
+
+
+def test_leader_name_never_resolves(make_pod: MakePod) -> None:
+    lws = {"LWS_LEADER_ADDRESS": "leader.invalid", "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "1"}
+    pod = make_pod({**lws, "LLMD_LEADER_WAIT_SECONDS": "2"}, nodes=2).start()
+    started = time.monotonic()
+    code = pod.finish()
+    assert_clean_exit(pod, code, 2)
+    assert time.monotonic() - started < 8
+    expected = "error: LWS_LEADER_ADDRESS: leader.invalid did not resolve to an IP within 2 s"
+    assert expected in pod.stderr
+    assert "started" not in pod.stderr  # nothing spawned
+
+
+def test_leader_name_resolves_and_the_engine_gets_the_ip(make_pod: MakePod) -> None:
+    lws = {"LWS_LEADER_ADDRESS": "localhost", "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "1"}
+    pod = make_pod(lws, nodes=2).start()
+    pod.wait_for("engine | stand-in engine up")
+    started = next(line for line in pod.output().splitlines() if "started" in line and "engine" in line)
+    assert "'--master-addr', '127.0.0.1'" in started or "'--master-addr', '::1'" in started, started
+    assert "'--headless'" in started
+    pod.signal(signal.SIGTERM)
+    assert_clean_exit(pod, pod.finish(), 0)
+
+
+def test_port_already_taken(make_pod: MakePod) -> None:
+    pod = make_pod()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", pod.port))
+        holder.listen()
+        pod.start()
+        code = pod.finish()
+    assert_clean_exit(pod, code, 2)
+    expected = f"error: port {pod.port}: engine's http port is already in use by pid {os.getpid()}"
+    assert expected in pod.stderr
+    assert pod.termination_log.read_text().startswith(f"port {pod.port}:")
+
+
+def test_model_path_missing(make_pod: MakePod) -> None:
+    pod = make_pod()
+    (pod.workdir / "model" / "config.json").unlink()
+    pod.start()
+    assert_clean_exit(pod, pod.finish(), 2)
+    assert "error: model.path: " in pod.stderr and "holds no config.json" in pod.stderr
+
+
+def test_binary_missing(make_pod: MakePod) -> None:
+    pod = make_pod({"LLMD_BIN_PATH": ""}).start()
+    assert_clean_exit(pod, pod.finish(), 2)
+    assert "error: process engine: vllm is not found" in pod.stderr
+    assert "error: process render: vllm is not found" in pod.stderr
+
+
+def test_sigterm_during_preflight(make_pod: MakePod) -> None:
+    lws = {"LWS_LEADER_ADDRESS": "leader.invalid", "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "1"}
+    pod = make_pod({**lws, "LLMD_LEADER_WAIT_SECONDS": "60"}, nodes=2).start()
+    pod.wait_for("waiting for LWS_LEADER_ADDRESS to resolve", timeout=15)
+    started = time.monotonic()
+    pod.signal(signal.SIGTERM)
+    code = pod.finish()
+    assert_clean_exit(pod, code, 143)
+    assert time.monotonic() - started < 3
+    assert "stopped by SIGTERM during preflight (resolving LWS_LEADER_ADDRESS leader.invalid)" in (
+        pod.termination_log.read_text()
+    )
+
+
+def test_sigterm_during_engine_startup(make_pod: MakePod) -> None:
+    pod = make_pod({"STANDIN_ENGINE": "slow-start=30"}).start()
+    pod.wait_for("engine | stand-in loading weights")
+    pod.signal(signal.SIGTERM)
+    code = pod.finish(timeout=10)
+    assert_clean_exit(pod, code, 0)  # the engine drained (nothing in flight) and exited 0
+    assert "stand-in engine up" not in pod.stdout
+
+
+def test_secrets_never_reach_output_or_termination_message(make_pod: MakePod) -> None:
+    secret = "hf_s3cr3t_value_123"
+    env = {"HF_TOKEN": secret, "STANDIN_ENGINE": "say=token is $HF_TOKEN,exit=4@0.5"}
+    pod = make_pod(env).start()
+    assert_clean_exit(pod, pod.finish(), 4)
+    assert secret not in pod.output() and secret not in pod.termination_log.read_text()
+
+
+def test_json_logs_carry_the_process_name(make_pod: MakePod) -> None:
+    import json
+
+    pod = make_pod({"LLMD_LOG_FORMAT": "json", "STANDIN_ENGINE": "exit=5@0.3"}).start()
+    assert_clean_exit(pod, pod.finish(), 5)
+    records = [json.loads(line) for line in pod.stdout.splitlines() + pod.stderr.splitlines()]
+    assert {"process": "engine", "stream": "stderr", "message": "stand-in exiting with 5"}.items() <= next(
+        r for r in records if r.get("process") == "engine" and "stream" in r
+    ).items()
+    assert any(r.get("event") == "exiting" and r.get("code") == 5 for r in records)
+
+
+def test_bad_input_spawns_nothing(make_pod: MakePod) -> None:
+    pod = make_pod({"LLMD_EXTRA_ARGS": "--port 1"}).start()
+    assert_clean_exit(pod, pod.finish(), 2)
+    assert pod.stderr.startswith("llm-d-launcher: error: LLMD_EXTRA_ARGS")
+    assert "Traceback" not in pod.output()
