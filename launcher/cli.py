@@ -104,21 +104,9 @@ def _add_pod_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _cli_settings(ns: argparse.Namespace) -> dict[str, object]:
-    values: dict[str, object] = {
-        name: getattr(ns, name)
-        for name in (
-            "recipe",
-            "recipe_file",
-            "pool",
-            "worker_index",
-            "group_size",
-            "leader_address",
-            "pod_ip",
-            "gpus_per_node",
-            "extra_args",
-            "runtime_dir",
-        )
-    }
+    from launcher.settings import CLI_FIELDS
+
+    values: dict[str, object] = {name: getattr(ns, name) for name in CLI_FIELDS if name != "extra_env"}
     if ns.extra_env_items:
         env = {}
         for item in ns.extra_env_items:

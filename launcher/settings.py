@@ -61,6 +61,7 @@ class Settings(BaseSettings):
     extra_args: str = ""
     extra_env: EnvMap = {}
     runtime_dir: str = "/tmp/llm-d-launcher"
+    check_flags: bool = True  # engine flags against the catalogue of the engine's own parser
     # Supervision (`run`)
     grace_seconds: int = Field(30, ge=1)  # the pod's terminationGracePeriodSeconds minus any preStop
     bin_path: str = ""  # directories searched before PATH for the plan's binaries (engine venvs)
@@ -120,6 +121,12 @@ class Settings(BaseSettings):
         return RecipeSource(self.recipe, self.recipe_file)
 
 
+# Settings that `plan` and `run` also take as CLI flags (--worker-index, ...; extra_env is --env).
+CLI_FIELDS = (
+    "recipe", "recipe_file", "pool", "worker_index", "group_size", "leader_address", "pod_ip",
+    "gpus_per_node", "extra_args", "extra_env", "runtime_dir",
+)  # fmt: skip
+
 # Settings a recipe's `launcher:` section may not set: they choose the recipe, or describe the pod.
 _POD_FIELDS = frozenset(
     {"recipe", "recipe_file", "leader_address", "group_size", "worker_index", "pod_ip", "pod_name",
@@ -162,8 +169,10 @@ def setting_label(field: str, cli: dict[str, Any] | None = None) -> str:
     """How a person set the value that failed: its CLI flag, its env var, or the recipe's launcher: key."""
     if field not in Settings.model_fields:
         return field
-    flag = "--env" if field == "extra_env" else f"--{field.replace('_', '-')}"
     env = _env_name(field)
+    if field not in CLI_FIELDS:
+        return env if env in os.environ or cli is None else f"recipe launcher.{field} ({env})"
+    flag = "--env" if field == "extra_env" else f"--{field.replace('_', '-')}"
     if cli and field in cli:
         return f"{flag} ({env})"
     if env in os.environ or cli is None:

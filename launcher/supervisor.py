@@ -356,10 +356,14 @@ class Supervisor:
             await self._wait_quiet(self.clock() + 2.0)
         assert self.outcome is not None
         if engine_decides:
+            # A requested stop that completed in time is a clean exit, also for a main process
+            # that simply dies of the SIGTERM we forwarded (mooncake_client does).
             code = engine.last_exit
-            self.outcome.exit_code = exit_code_of(code) if code is not None else 0
-            if code not in (None, 0):
-                self.outcome.reason += f"; engine {describe_exit(code)} while stopping"
+            if code in (None, 0, -signal.SIGTERM):
+                self.outcome.exit_code = 0
+            else:
+                self.outcome.exit_code = exit_code_of(code)
+                self.outcome.reason += f"; {engine.name} {describe_exit(code)} while stopping"
                 self.outcome.output = list(engine.tail)
         self.events.put_nowait(ShutdownDone())
 

@@ -22,6 +22,7 @@ def build_plan(settings: Settings, recipe: Recipe, group_member: int | None = No
         extra_args=settings.extra_args,
         extra_env=settings.extra_env,
         shutdown=ShutdownBudget.from_grace(settings.grace_seconds),
+        check_flags=settings.check_flags,
     )
     pool = derived.pool
     if isinstance(pool, VllmPool):

@@ -7,10 +7,11 @@ from dataclasses import dataclass
 
 from launcher.errors import ConfigError, Problem
 from launcher.plan import FileSpec, Plan, ProcessSpec, Role
-from launcher.recipe import Recipe, RecipeSource
+from launcher.recipe import ArgValue, Recipe, RecipeSource
 from launcher.shutdown import ShutdownBudget
-from roles.args import Arg, flag_key, flatten, merge_extra, split_extra_args
+from roles.args import Arg, args_from, flag_key, flatten, merge_extra, split_extra_args
 from roles.derive import PodFacts
+from roles.flags import check_flags, load_catalog
 
 EXTRA_ARGS = "LLMD_EXTRA_ARGS"
 
@@ -25,6 +26,7 @@ class BuildContext:
     extra_args: str
     extra_env: Mapping[str, str]
     shutdown: ShutdownBudget
+    check_flags: bool = True  # against the engine's flag catalogue (roles/flags.py)
 
     @property
     def pool_name(self) -> str:
@@ -37,8 +39,11 @@ class BuildContext:
             merged.update(layer)
         return merged
 
-    def check_recipe_args(self, args: Mapping[str, object], owned: Mapping[str, str], where: str) -> None:
-        """Recipe args may not set what the launcher derives (the engine would see both)."""
+    def check_recipe_args(
+        self, args: Mapping[str, ArgValue], owned: Mapping[str, str], where: str, catalog: str | None = None
+    ) -> None:
+        """Recipe args may not set what the launcher derives (the engine would see both), and must be
+        flags the engine knows."""
         source = self.recipe_source
         problems = [
             Problem(
@@ -49,14 +54,25 @@ class BuildContext:
             for flag in args
             if flag_key(flag) in owned
         ]
+        if not problems and catalog and self.check_flags:
+            place = f"{source.label}: pools.{self.pool_name}.{where}"
+            problems = [
+                Problem(p.setting, f"{place}: {p.message}", p.fix)
+                for p in check_flags(load_catalog(catalog), args_from(args), source.setting)
+            ]
         if problems:
             raise ConfigError(problems)
 
     def command(
-        self, prefix: list[str], args: list[Arg], owned: Mapping[str, str]
+        self, prefix: list[str], args: list[Arg], owned: Mapping[str, str], catalog: str | None = None
     ) -> tuple[tuple[str, ...], list[str]]:
         """The main process's argv: prefix, generated args, then LLMD_EXTRA_ARGS merged explicitly."""
-        merged, notes = merge_extra(args, split_extra_args(self.extra_args, EXTRA_ARGS), owned, EXTRA_ARGS)
+        extra = split_extra_args(self.extra_args, EXTRA_ARGS)
+        merged, notes = merge_extra(args, extra, owned, EXTRA_ARGS)
+        if catalog and self.check_flags:
+            problems = check_flags(load_catalog(catalog), extra, EXTRA_ARGS)
+            if problems:
+                raise ConfigError(problems)
         return (*prefix, *flatten(merged)), notes
 
     def plan(

@@ -10,6 +10,7 @@ from roles.args import Arg, arg, args_from
 from roles.context import BuildContext, owned_flags
 
 SGLANG = ["python3", "-m", "sglang.launch_server"]
+SGLANG_CATALOG = "sglang-server"
 
 _OWNED = {
     **owned_flags(
@@ -29,7 +30,7 @@ _OWNED = {
 
 def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
     role = ctx.role
-    ctx.check_recipe_args(pool.args, _OWNED, "args")
+    ctx.check_recipe_args(pool.args, _OWNED, "args", SGLANG_CATALOG)
     model = ctx.recipe.model_for(pool)
     leader = role.kind == RoleKind.LEADER
     args: list[Arg] = [*arg("model-path", model.path), *arg("served-model-name", model.served_name)]
@@ -44,7 +45,7 @@ def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
     if leader:
         args += [*arg("host", "0.0.0.0"), *arg("port", pool.port)]
     args += args_from(pool.args)
-    argv, notes = ctx.command(SGLANG, args, _OWNED)
+    argv, notes = ctx.command(SGLANG, args, _OWNED, SGLANG_CATALOG)
 
     ports: list[PortSpec] = []
     if leader:

@@ -17,6 +17,7 @@ from roles.context import BuildContext, owned_flags
 
 VLLM = ["vllm", "serve"]
 RENDER = ["vllm", "launch", "render"]
+VLLM_CATALOG = "vllm-serve"
 MASTER_PORT_DEFAULT = 29501  # vLLM's --master-port default (shared/REFERENCE.md §2.2)
 
 # Flags the launcher derives; LLMD_EXTRA_ARGS may not set them (short aliases included).
@@ -54,7 +55,7 @@ _SIDECAR_OWNED = owned_flags(
 
 def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
     role = ctx.role
-    ctx.check_recipe_args(pool.args, _OWNED, "args")
+    ctx.check_recipe_args(pool.args, _OWNED, "args", VLLM_CATALOG)
     if pool.render:
         ctx.check_recipe_args(pool.render.args, _RENDER_OWNED, "render.args")
     if pool.disagg_sidecar:
@@ -78,7 +79,7 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
             "kv-events-config",
             to_json(vllm_kv_events_config(pool.kv_events, ctx.pool_name, start_rank, topic)),
         )
-    argv, notes = ctx.command([*VLLM, model.path], args, _OWNED)
+    argv, notes = ctx.command([*VLLM, model.path], args, _OWNED, VLLM_CATALOG)
 
     generated_env: dict[str, str] = {}
     files: list[FileSpec] = []

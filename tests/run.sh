@@ -36,5 +36,10 @@ step "unit tier"
 step "supervisor tier (llm-d-launcher run over stand-in processes)"
 .venv/bin/python -m pytest tests/supervisor -q -p no:cacheprovider
 
-step "engine tier"
-.venv/bin/python -m pytest tests/engines -q -m engines -p no:cacheprovider
+step "engine tier (in a private network namespace: tests/engines/private_network.sh)"
+# Mooncake binds all interfaces and needs a non-loopback address; inside `unshare -rn` those are
+# loopback and a namespace-only veth, so nothing the tests start is reachable from outside.
+command -v ip >/dev/null || { export DEBIAN_FRONTEND=noninteractive; apt-get update -qq >/dev/null; \
+  apt-get install -y -qq --no-install-recommends iproute2 >/dev/null; }
+unshare -rn bash tests/engines/private_network.sh \
+  .venv/bin/python -m pytest tests/engines -q -m engines -p no:cacheprovider

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.supervisor.pods import STANDINS, LauncherPod, free_port
+from tests.pods import STANDINS, LauncherPod, free_port
 
 MakePod = Callable[..., LauncherPod]
 

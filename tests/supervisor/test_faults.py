@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 import psutil
 
+from tests.pods import LauncherPod
 from tests.supervisor.conftest import MakePod
-from tests.supervisor.pods import LauncherPod
 
 
 def assert_clean_exit(pod: LauncherPod, code: int, expected: int) -> None:

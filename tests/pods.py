@@ -17,7 +17,7 @@ from pathlib import Path
 
 import psutil
 
-STANDINS = Path(__file__).resolve().parents[1] / "standins"
+STANDINS = Path(__file__).resolve().parent / "standins"
 RUN_TAG = "LLMD_TEST_RUN"
 
 
@@ -43,7 +43,8 @@ def tagged(tag: str) -> list[psutil.Process]:
 class LauncherPod:
     workdir: Path
     env: dict[str, str]
-    port: int = 0  # the stand-in engine's HTTP port
+    port: int = 0  # the engine's HTTP port
+    ports: dict[str, int] = field(default_factory=dict)  # other ports the test chose, by name
     argv: list[str] = field(default_factory=lambda: ["run"])
     tag: str = field(default_factory=lambda: uuid.uuid4().hex)
     proc: subprocess.Popen[str] | None = None

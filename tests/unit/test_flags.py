@@ -1,0 +1,88 @@
+"""Engine flags are checked against catalogues generated from the engines' own parsers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from roles.args import split_extra_args
+from roles.flags import check_flags, load_catalog
+
+VLLM = load_catalog("vllm-serve")
+
+
+def problems(text: str) -> list[str]:
+    return [p.message for p in check_flags(VLLM, split_extra_args(text, "X"), "X")]
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "--max-num-seqs 64",
+        "--max_num_seqs 64",  # vLLM accepts underscores
+        "--max-num-seqs=64",
+        "--enforce-eager",
+        "--no-enable-prefix-caching",
+        "--kv-cache-dtype fp8_e4m3",
+        """--kv-transfer-config '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'""",
+        "--kv-transfer-config None",  # optional JSON
+        "--compilation-config.mode 3",  # one key of a JSON flag
+        "--gpu-memory-utilization 0.9",
+        "--served-model-name a b",  # a list
+    ],
+)
+def test_valid_flags_pass(extra: str) -> None:
+    assert problems(extra) == []
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ("--max-num-seq 64", "--max-num-seq is not a vllm serve 0.32.0 flag (did you mean --max-num-seqs?)"),
+        ("--kv-cache-dtype fp9", "--kv-cache-dtype 'fp9' is not one of vllm serve 0.32.0's choices"),
+        ("--kv-transfer-config {bad", "--kv-transfer-config needs valid JSON, got '{bad'"),
+        ("--max-num-seqs lots", "--max-num-seqs needs an integer, got 'lots'"),
+        ("--gpu-memory-utilization high", "--gpu-memory-utilization needs a number, got 'high'"),
+        ("--enforce-eager true", "--enforce-eager is a switch and takes no value (got 1)"),
+        ("--max-num-seqs", "--max-num-seqs needs a value"),
+        ("--max-num-seqs 1 2", "--max-num-seqs takes one value (got 2)"),
+        ("--max-num-seqs.x 1", "--max-num-seqs.x: --max-num-seqs takes no JSON keys"),
+    ],
+)
+def test_mistakes_are_named(extra: str, message: str) -> None:
+    found = problems(extra)
+    assert len(found) == 1 and found[0].startswith(message), found
+
+
+def test_sglang_catalogue_knows_the_kimi_parsers() -> None:
+    sglang = load_catalog("sglang-server")
+    ok = split_extra_args("--tool-call-parser kimi_k3 --hicache-ratio 2 --enable-hierarchical-cache", "X")
+    assert check_flags(sglang, ok, "X") == []
+    [bad] = check_flags(sglang, split_extra_args("--tool-call-parser kimi_k4", "X"), "X")
+    assert "(did you mean kimi_k3?)" in bad.message
+
+
+def test_extra_args_mistake_is_one_line_exit_2(run_cli: Any) -> None:
+    code, _, err = run_cli("plan", "--pool", "decode", "--extra-args", "--max-num-seq 64")
+    assert code == 2 and len(err.splitlines()) == 1
+    assert err.startswith("llm-d-launcher: error: LLMD_EXTRA_ARGS: --max-num-seq is not a vllm serve")
+    assert "LLMD_CHECK_FLAGS=false" in err
+
+
+def test_recipe_arg_mistake_names_its_place(run_cli: Any, tmp_path: Path) -> None:
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "name: r\nmodel: {path: /m}\ndefault_pool: p\npools:\n  p:\n    kind: vllm\n"
+        "    args: {kv-cache-dtype: fp9}\n"
+    )
+    code, _, err = run_cli("plan", env={"LLMD_RECIPE_FILE": str(recipe)})
+    assert code == 2
+    assert f"error: LLMD_RECIPE_FILE: {recipe}: pools.p.args: --kv-cache-dtype 'fp9' is not one of" in err
+
+
+def test_the_check_can_be_switched_off_for_a_newer_engine(run_cli: Any) -> None:
+    env = {"LLMD_CHECK_FLAGS": "false"}
+    code, out, _ = run_cli("plan", "--pool", "decode", "--extra-args", "--brand-new-flag 1", env=env)
+    assert code == 0 and "--brand-new-flag 1" in out
