@@ -66,8 +66,12 @@ class ChildOutput:
         if self.as_json:
             stamp = datetime.now(timezone.utc).isoformat()
             record = {"timestamp": stamp, "process": process, "stream": stream, "message": text}
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            line = json.dumps(record, ensure_ascii=False) + "\n"
         else:
-            out.write(f"{process} | {text}\n")
-        out.flush()
+            line = f"{process} | {text}\n"
+        try:
+            out.write(line)
+            out.flush()
+        except (BrokenPipeError, ValueError):  # nobody reads our output any more: keep supervising
+            pass
         return text

@@ -63,7 +63,7 @@ async def resolve_leader(
     """LWS_LEADER_ADDRESS is a DNS name that resolves only once the leader pod has an IP; ZMQ binds and
     NCCL need the IP. Retry until the bound, saying every few seconds what we wait for."""
     started = time.monotonic()
-    last_log = started
+    last_log = started - WAIT_LOG_EVERY  # the first failure is logged at once
     error = "no answer yet"
     while True:
         remaining = wait_seconds - (time.monotonic() - started)
@@ -187,8 +187,11 @@ def check_runtime_dir(plan: Plan, runtime_dir: str) -> list[Problem]:
 
 
 def clean_shm(directory: str) -> list[str]:
-    """Remove files in /dev/shm that no live process holds open or mapped: leftovers of a crashed
-    engine that would otherwise turn one crash into a crash loop (llm-d/llm-d#352)."""
+    """Remove files in /dev/shm that no process we can see holds open or mapped: leftovers of a
+    crashed engine that would otherwise turn one crash into a crash loop (llm-d/llm-d#352).
+
+    Processes of other containers are invisible (no shared PID namespace), so LLMD_SHM_DIR must be
+    the engine container's own shared memory; set it empty when another container uses it too."""
     root = Path(directory)
     if not root.is_dir():
         return []
@@ -223,7 +226,7 @@ def _paths_in_use(prefix: str) -> set[str]:
                 for line in maps:
                     if prefix in line:
                         used.add(line.split(None, 5)[-1].strip().removesuffix(" (deleted)"))
-        except OSError:  # gone, or not ours to read
+        except OSError:  # exited meanwhile, or not ours to inspect (e.g. a sandbox's init)
             continue
     return used
 

@@ -11,10 +11,10 @@ REDACTED = "<redacted>"
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
 
 
-# Flags are matched by whole word: --api-key and --hf-token are secrets, --max-num-batched-tokens is not.
-_SECRET_WORDS = frozenset(
-    {"token", "secret", "password", "passwd", "key", "apikey", "credential", "credentials"}
-)
+# A flag carries a secret when its name ENDS in a secret noun: --api-key, --hf-token and
+# --aws-secret-access-key do; --long-prefill-token-threshold, --return-tokens-as-token-ids and
+# --allow-credentials (a CORS switch) do not.
+_SECRET_WORDS = frozenset({"token", "secret", "password", "passwd", "key", "apikey", "credential"})
 
 
 def is_secret_name(name: str) -> bool:
@@ -25,7 +25,7 @@ def is_secret_name(name: str) -> bool:
 def is_secret_flag(flag: str) -> bool:
     """True for CLI flags whose value is a credential; those values must travel in the env instead."""
     words = flag.lstrip("-").split("=", 1)[0].replace("_", "-").lower().split("-")
-    return any(w in _SECRET_WORDS for w in words)
+    return words[-1] in _SECRET_WORDS
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -37,7 +37,7 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
     out: list[str] = []
     hide_next = False
     for token in argv:
-        if hide_next:
+        if hide_next and not token.startswith("-"):
             out.append(REDACTED)
             hide_next = False
         elif token.startswith("-") and "=" in token and is_secret_flag(token):
@@ -49,8 +49,16 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
 
 
 def secret_values(env: Mapping[str, str]) -> list[str]:
-    """Values of secret-named variables worth hiding in free text (too-short values would hide noise)."""
-    return sorted({v for k, v in env.items() if is_secret_name(k) and len(v) >= 4}, key=len, reverse=True)
+    """Values of secret-named variables worth hiding in free text. Short or plain values are not
+    credentials (TOKENIZERS_PARALLELISM=false, MAX_TOKENS=4096) and hiding them would garble logs."""
+    return sorted(
+        {v for k, v in env.items() if is_secret_name(k) and len(v) >= 8 and not _PLAIN.match(v)},
+        key=len,
+        reverse=True,
+    )
+
+
+_PLAIN = re.compile(r"^(true|false|yes|no|on|off|none|null|[0-9.]+)$", re.IGNORECASE)
 
 
 class Scrubber:

@@ -7,54 +7,96 @@ message says why, root cause first.
 
 from __future__ import annotations
 
-import asyncio
 import os
-import signal
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.addresses import is_ip
 from launcher.errors import ConfigError, Problem
-from launcher.logs import ChildOutput, configure, wants_json
+from launcher.outcome import TERMINATION_LIMIT, Outcome
 from launcher.plan import Plan
 from launcher.redact import Scrubber, secret_values
-from launcher.supervisor import Event, Outcome, SignalReceived, Supervisor, SupervisorConfig
 
-TERMINATION_LIMIT = 4096  # bytes the kubelet keeps of /dev/termination-log
+if TYPE_CHECKING:
+    from launcher.logs import ChildOutput
 
 
 def run(cli_settings: dict[str, Any]) -> int:
+    early_signals = _record_signals()  # PID 1 ignores an unhandled SIGTERM: never lose one
     scrub = Scrubber(secret_values(os.environ))
-    as_json = wants_json(os.environ.get("LLMD_LOG_FORMAT", "auto"))
-    log = configure(as_json, scrub)
     termination_log = os.environ.get("LLMD_TERMINATION_LOG", "/dev/termination-log")
     try:
+        # Every input mistake surfaces here, before the async machinery is even imported: a bad
+        # flag costs a fraction of a second, not an engine start.
         from launcher.recipe import load_recipe
         from launcher.settings import load_settings
+        from roles import build_plan
 
         settings = load_settings(**cli_settings)
         termination_log = settings.termination_log
-        as_json = wants_json(settings.log_format)
-        log = configure(as_json, scrub)
         recipe = load_recipe(settings.recipe_source, name_given="recipe" in settings.model_fields_set)
-        outcome = asyncio.run(_run(settings, recipe, log, ChildOutput(as_json, scrub)))
+        plan = build_plan(settings, recipe)
+        # Secrets the plan adds (recipe env, LLMD_EXTRA_ENV) are hidden as well as the pod's own.
+        scrub = Scrubber(
+            secret_values({**os.environ, **{k: v for p in plan.processes for k, v in p.env.items()}})
+        )
+        outcome = _supervise(settings, recipe, scrub, early_signals)
     except ConfigError as exc:
         for problem in exc.problems:
-            print(f"llm-d-launcher: error: {problem}", file=sys.stderr, flush=True)
+            print(scrub(f"llm-d-launcher: error: {problem}"), file=sys.stderr, flush=True)
         outcome = Outcome(exc.exit_code, "; ".join(str(p) for p in exc.problems))
+    except Exception as exc:  # a bug or an environment failure, not a user mistake: say so, exit 1
+        import traceback
+
+        print(scrub(traceback.format_exc()), file=sys.stderr, flush=True)
+        outcome = Outcome(1, f"llm-d-launcher internal error: {type(exc).__name__}: {exc}")
     if outcome.exit_code != 0:
-        log.error("exiting", code=outcome.exit_code, reason=outcome.reason)
         write_termination_message(termination_log, scrub(outcome.termination_message()))
-    else:
-        log.info("exiting", code=0, reason=outcome.reason)
     return outcome.exit_code
 
 
-async def _run(settings: Any, recipe: Any, log: Any, output: ChildOutput) -> Outcome:
+def _record_signals() -> list[int]:
+    import signal
+
+    received: list[int] = []
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda signum, _frame: received.append(signum))
+    return received
+
+
+def _supervise(settings: Any, recipe: Any, scrub: Scrubber, early_signals: list[int]) -> Outcome:
+    import asyncio
+
+    from launcher.logs import ChildOutput, configure, wants_json
+
+    as_json = wants_json(settings.log_format)
+    log = configure(as_json, scrub)
+    try:
+        outcome = asyncio.run(_run(settings, recipe, log, ChildOutput(as_json, scrub), early_signals))
+    except ConfigError as exc:
+        log.error("preflight failed", problems=[str(p) for p in exc.problems])
+        raise
+    if outcome.exit_code != 0:
+        log.error("exiting", code=outcome.exit_code, reason=outcome.reason)
+    else:
+        log.info("exiting", code=0, reason=outcome.reason)
+    return outcome
+
+
+async def _run(
+    settings: Any, recipe: Any, log: Any, output: ChildOutput, early_signals: list[int]
+) -> Outcome:
+    import asyncio
+    import signal
+
+    from launcher.supervisor import Event, SignalReceived, Supervisor, SupervisorConfig, signal_name
+
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[Event] = asyncio.Queue()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, events.put_nowait, SignalReceived(sig))
+    for signum in early_signals:
+        events.put_nowait(SignalReceived(signum))
     stage = ["building the plan"]
     prepare = asyncio.create_task(_prepare(settings, recipe, log, stage))
     first_signal = asyncio.create_task(events.get())
@@ -63,9 +105,9 @@ async def _run(settings: Any, recipe: Any, log: Any, output: ChildOutput) -> Out
         prepare.cancel()
         event = first_signal.result()
         assert isinstance(event, SignalReceived)
-        name = signal.Signals(event.signum).name
-        log.info("stopped before anything was spawned", signal=name, stage=stage[0])
-        return Outcome(128 + event.signum, f"stopped by {name} during preflight ({stage[0]})")
+        # Nothing was started, so the stop is complete: exit 0 like any stop that finished in time.
+        reason = f"stopped by {signal_name(event.signum)} during preflight ({stage[0]}); nothing was started"
+        return Outcome(0, reason)
     if first_signal.done():  # both at once: the signal still counts
         events.put_nowait(first_signal.result())
     else:

@@ -7,8 +7,9 @@ only enqueue an event; one loop dispatches events (`_on_<event>`); all reaping h
 - The engine is critical: when it exits, everything stops and the launcher exits with its code, so
   LWS (RecreateGroupOnPodRestart) recreates the group. Sidecars restart with exponential backoff,
   bounded per window; past the bound they are treated as critical.
-- Shutdown order (launcher/shutdown.py): not ready -> SIGTERM engine (it drains) -> SIGTERM sidecars
-  -> SIGKILL whatever is left just before the grace deadline.
+- Shutdown order (launcher/shutdown.py): `stopping` (what the probes report as not ready) ->
+  SIGTERM the engine's main process (it drains, then stops its own workers) -> SIGTERM sidecars and
+  what is left of every group -> SIGKILL whatever is left just before the grace deadline.
 - The launcher is a child subreaper (or PID 1), so orphaned grandchildren are reaped here too.
 """
 
@@ -18,6 +19,7 @@ import asyncio
 import contextlib
 import ctypes
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -29,6 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from launcher.logs import ChildOutput
+from launcher.outcome import Outcome
 from launcher.plan import FileSpec, Plan, ProcessSpec
 from launcher.preflight import search_path
 from launcher.redact import redact_argv
@@ -36,6 +39,7 @@ from launcher.shutdown import ShutdownBudget
 
 BACKOFF_CAP = 30.0  # seconds: the longest a sidecar waits before its next restart
 TAIL_LINES = 40  # output lines kept per process for the termination message
+DRAIN_READS = 64  # at most 4 MiB passed on when a process exits, so a chatty orphan cannot stall us
 MAX_LINE = 64 * 1024  # a longer "line" is passed on in pieces
 PR_SET_CHILD_SUBREAPER = 36
 
@@ -45,9 +49,16 @@ def exit_code_of(code: int) -> int:
     return 128 - code if code < 0 else code
 
 
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:  # real-time signals have no name
+        return f"signal {signum}"
+
+
 def describe_exit(code: int) -> str:
     if code < 0:
-        return f"was killed by {signal.Signals(-code).name}"
+        return f"was killed by {signal_name(-code)}"
     return f"exited with code {code}"
 
 
@@ -88,18 +99,6 @@ class SupervisorConfig:
     sidecar_restarts: int = 5
     sidecar_restart_window: float = 300.0
     restart_backoff: float = 1.0
-
-
-@dataclass
-class Outcome:
-    exit_code: int
-    reason: str  # one line, the root cause first
-    output: list[str] = field(default_factory=list)  # the failing process's last lines
-
-    def termination_message(self) -> str:
-        if not self.output:
-            return self.reason
-        return "\n".join([self.reason, "last output:", *self.output])
 
 
 @dataclass
@@ -180,7 +179,7 @@ class Supervisor:
             self._on_restart_due(event.name)
 
     def _on_signal(self, signum: int) -> None:
-        name = signal.Signals(signum).name
+        name = signal_name(signum)
         if not self.stopping:
             self.log.info("shutting down", signal=name, grace_s=self.config.budget.grace)
             self._begin_shutdown(f"stopped by {name}", exit_code=None)
@@ -194,9 +193,6 @@ class Supervisor:
             self.log.info("reaped orphaned process", pid=pid, code=exit_code_of(code))
             return
         self._drain_output(state)
-        state.running = False
-        state.last_exit = code
-        state.exited.set()
         level = self.log.info if self.stopping or code == 0 else self.log.error
         level("process exited", process=state.name, pid=pid, code=exit_code_of(code), how=describe_exit(code))
         if self.stopping:
@@ -257,9 +253,10 @@ class Supervisor:
                 start_new_session=True,  # its own process group: signals reach its whole tree
                 close_fds=True,
             )
-        except OSError as exc:
-            code = 126 if isinstance(exc, PermissionError) else 127
-            reason = f"{state.name} could not start: {spec.argv[0]}: {exc.strerror or exc}"
+        except (OSError, ValueError) as exc:  # ValueError: e.g. a NUL byte in an env value
+            code = 127 if isinstance(exc, FileNotFoundError) else 126
+            detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            reason = f"{state.name} could not start: {spec.argv[0]}: {detail}"
             self.log.error("spawn failed", process=state.name, error=str(exc))
             if spec.critical:
                 self._begin_shutdown(reason, code)
@@ -285,10 +282,13 @@ class Supervisor:
             self._close_reader(reader)
 
     def _drain_output(self, state: ProcessState) -> None:
-        """Pass on what the process wrote before it exited, before anything reports its exit."""
+        """Pass on what the process wrote before it exited, before anything reports its exit (a
+        bounded amount: a grandchild may still hold the pipe and keep writing)."""
         for reader in [r for r in self._readers.values() if r.state is state]:
-            while reader.read():
-                pass
+            for _ in range(DRAIN_READS):
+                if not reader.read():
+                    break
+            reader.flush()  # its last words may lack a newline
 
     def _close_reader(self, reader: _LineReader) -> None:
         reader.flush()
@@ -300,8 +300,9 @@ class Supervisor:
 
     def _close_readers(self) -> None:
         for reader in list(self._readers.values()):
-            while reader.read():
-                pass
+            for _ in range(DRAIN_READS):
+                if not reader.read():
+                    break
             self._close_reader(reader)
 
     # ------------------------------------------------------------------ reaping
@@ -316,8 +317,11 @@ class Supervisor:
                 break
             code = os.waitstatus_to_exitcode(status)
             state = self._by_pid.get(pid)
-            if state is not None and state.popen is not None:
-                state.popen.returncode = code  # keep subprocess from waiting on a reaped pid
+            if state is not None:  # bookkeeping now, so a waiting shutdown sees it at once
+                state.running, state.last_exit = False, code
+                state.exited.set()
+                if state.popen is not None:
+                    state.popen.returncode = code  # keep subprocess from waiting on a reaped pid
             self.events.put_nowait(ChildExited(pid, code))
         self._quiet.set()
 
@@ -331,29 +335,44 @@ class Supervisor:
         asyncio.get_running_loop().create_task(self._shutdown(exit_code is None))
 
     async def _shutdown(self, engine_decides: bool) -> None:
+        try:
+            await self._stop_everything(engine_decides)
+        except Exception as exc:  # never leave run() waiting on an event that will not come
+            self.log.error("shutdown failed; killing every process", error=repr(exc))
+            self._kill_all(signal.SIGKILL)
+        finally:
+            self.events.put_nowait(ShutdownDone())
+
+    async def _stop_everything(self, engine_decides: bool) -> None:
         budget = self.config.budget
         started = self.clock()
         engine = self.engine
         if engine.running:
-            self._signal_group(engine, signal.SIGTERM)
+            # The engine's main process only: it drains and then stops its own workers. vLLM's TP
+            # workers exit on the first SIGTERM, so signalling the group would abort in-flight work.
+            self._signal_main(engine, signal.SIGTERM)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(engine.exited.wait(), timeout=budget.engine_deadline)
             if engine.running:
                 self.log.warning(
                     "engine still running after its drain window", waited_s=budget.engine_deadline
                 )
-        for state in self.processes:  # sidecars, and what is left of a dead engine's group
-            self._signal_group(state, signal.SIGTERM, even_if_exited=True)
-        self._signal_strays(signal.SIGTERM)
-        if not await self._wait_quiet(started + budget.kill_at):
-            left = self._descendants()
+        # Sidecars, what is left of the engine's group, and strays that left their groups.
+        for state in self.processes:
+            self._signal_main(state, signal.SIGTERM)
+        self._signal_groups(signal.SIGTERM)
+        # A requested stop may use the whole grace period; after a crash nobody is waiting for a
+        # drain, and LWS should recreate the group soon.
+        window = budget.kill_at if engine_decides else budget.sidecar_window + budget.kill_margin
+        if not await self._wait_quiet(started + window):
             self.log.warning(
-                "killing processes that outlived the grace period",
-                pids=[p.pid for p in left],
+                "killing processes that outlived their stop window",
+                window_s=window,
+                pids=[p.pid for p in self._descendants()],
                 processes=[s.name for s in self.processes if s.running],
             )
             self._kill_all(signal.SIGKILL)
-            await self._wait_quiet(self.clock() + 2.0)
+            await self._wait_quiet(self.clock() + max(0.5, budget.kill_margin - 0.5))
         assert self.outcome is not None
         if engine_decides:
             # A requested stop that completed in time is a clean exit, also for a main process
@@ -365,7 +384,6 @@ class Supervisor:
                 self.outcome.exit_code = exit_code_of(code)
                 self.outcome.reason += f"; {engine.name} {describe_exit(code)} while stopping"
                 self.outcome.output = list(engine.tail)
-        self.events.put_nowait(ShutdownDone())
 
     async def _wait_quiet(self, deadline: float) -> bool:
         """Until every process of the plan and every descendant (orphans included) has exited."""
@@ -396,26 +414,39 @@ class Supervisor:
                     alive.append(child)
         return alive
 
-    def _signal_group(self, state: ProcessState, sig: int, even_if_exited: bool = False) -> None:
-        if state.pid is None or not (state.running or even_if_exited):
-            return
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(state.pid, sig)
-
-    def _kill_all(self, sig: int) -> None:
-        for group in self._groups:
+    def _signal_main(self, state: ProcessState, sig: int) -> None:
+        if state.running and state.pid is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(group, sig)
-        self._signal_strays(sig)
+                os.kill(state.pid, sig)
 
-    def _signal_strays(self, sig: int) -> None:
-        """Descendants that left our process groups (daemonized orphans re-parented to us)."""
+    def _signal_groups(self, sig: int) -> None:
+        """Our process groups that still hold a descendant of ours (a group id whose members are
+        all gone may belong to someone else by now), then descendants outside them."""
         import psutil
 
+        groups: set[int] = set()
+        strays = []
         for proc in self._descendants():
             with contextlib.suppress(psutil.Error, OSError):
-                if os.getpgid(proc.pid) not in self._groups:
-                    proc.send_signal(sig)
+                group = os.getpgid(proc.pid)
+                if group in self._groups:
+                    groups.add(group)
+                else:
+                    strays.append(proc)  # daemonized orphans re-parented to us
+        for group in groups:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, sig)
+        for proc in strays:
+            with contextlib.suppress(psutil.Error):
+                proc.send_signal(sig)
+
+    def _kill_all(self, sig: int) -> None:
+        for state in self.processes:
+            self._signal_main(state, sig)
+        self._signal_groups(sig)
+
+
+_LINE_END = re.compile(rb"\r?\n|\r")
 
 
 class _LineReader:
@@ -437,9 +468,11 @@ class _LineReader:
         if not chunk:
             return False
         self.buffer += chunk
-        *lines, self.buffer = self.buffer.split(b"\n")
+        # \r ends a line too: progress bars (weight loading) rewrite one line in place.
+        *lines, self.buffer = _LINE_END.split(self.buffer)
         for line in lines:
-            self._emit(line)
+            if line:
+                self._emit(line)
         while len(self.buffer) > MAX_LINE:
             self._emit(self.buffer[:MAX_LINE])
             self.buffer = self.buffer[MAX_LINE:]

@@ -64,7 +64,7 @@ def args_from(mapping: Mapping[str, ArgValue], style: Style = "gnu") -> list[Arg
     return [a for flag, value in mapping.items() for a in arg(flag, value, style)]
 
 
-_NUMBER = re.compile(r"^-\d")
+_NUMBER = re.compile(r"^-(\d+|\d*\.\d+)$")  # argparse's own test for a negative number
 
 
 def split_extra_args(text: str, setting: str) -> list[Arg]:

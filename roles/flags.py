@@ -24,6 +24,7 @@ SKIP_FIX = "fix it, or set LLMD_CHECK_FLAGS=false if the image runs a newer engi
 class FlagCatalog:
     engine: str
     version: str
+    underscores: bool  # the engine also accepts --max_num_seqs
     flags: dict[str, dict[str, Any]]
 
     @property
@@ -35,23 +36,33 @@ class FlagCatalog:
 def load_catalog(name: str) -> FlagCatalog:
     text = resources.files("launcher").joinpath("catalogs", f"{name}.json").read_text(encoding="utf-8")
     data = json.loads(text)
-    return FlagCatalog(data["engine"], data["version"], data["flags"])
+    return FlagCatalog(data["engine"], data["version"], data["underscores"], data["flags"])
 
 
 def check_flags(catalog: FlagCatalog, args: list[Arg], setting: str) -> list[Problem]:
     return [p for a in args if (p := _check_one(catalog, a, setting)) is not None]
 
 
+def _lookup(catalog: FlagCatalog, head: str) -> tuple[str, dict[str, Any] | None, list[str]]:
+    """The catalogue entry for a flag as written, and any value attached to a short option (-O3)."""
+    if head.startswith("--"):
+        name = "--" + head[2:].replace("_", "-") if catalog.underscores else head
+        return name, catalog.flags.get(name.partition(".")[0]), []
+    if head in catalog.flags:
+        return head, catalog.flags[head], []
+    short = head[:2]
+    if short in catalog.flags and len(head) > 2:  # argparse: -q fp8 may be written -qfp8
+        return short, catalog.flags[short], [head[2:]]
+    return head, None, []
+
+
 def _check_one(catalog: FlagCatalog, item: Arg, setting: str) -> Problem | None:
     head, has_eq, inline = item.tokens[0].partition("=")
-    values = [inline] if has_eq else list(item.tokens[1:])
-    flag = "--" + head.lstrip("-").replace("_", "-")  # the engines accept --max_num_seqs too
+    flag, info, attached = _lookup(catalog, head)
+    values = [*attached, *([inline] if has_eq else []), *item.tokens[1:]]
     base, dotted, _ = flag.partition(".")  # vLLM: --compilation-config.mode 3 sets one JSON key
-    info = catalog.flags.get(base)
     if info is None:
-        close = difflib.get_close_matches(base, catalog.flags, n=1, cutoff=0.75)
-        hint = f" (did you mean {close[0]}?)" if close else ""
-        return Problem(setting, f"{head} is not a {catalog.label} flag{hint}", SKIP_FIX)
+        return _unknown(catalog, head, base, setting)
     kind = info.get("value")
     if dotted:
         if kind is None or not kind.startswith("json"):
@@ -62,12 +73,33 @@ def _check_one(catalog: FlagCatalog, item: Arg, setting: str) -> Problem | None:
             return Problem(setting, f"{head} is a switch and takes no value (got {len(values)})", SKIP_FIX)
         return None
     if not values:
-        return Problem(setting, f"{head} needs a value", SKIP_FIX)
+        return None if info.get("optional") else Problem(setting, f"{head} needs a value", SKIP_FIX)
     if kind == "list":
         return None
     if len(values) > 1:
-        return Problem(setting, f"{head} takes one value (got {len(values)})", SKIP_FIX)
+        hint = "; write a JSON list as one quoted value" if kind.startswith("json") else ""
+        return Problem(setting, f"{head} takes one value (got {len(values)}){hint}", SKIP_FIX)
     return _check_value(catalog, head, kind, info.get("choices"), values[0], setting)
+
+
+def _unknown(catalog: FlagCatalog, head: str, base: str, setting: str) -> Problem:
+    switch = "--" + base.removeprefix("--no-")
+    if base.startswith("--no-") and catalog.flags.get(switch, {"value": ""}).get("value") is None:
+        return Problem(
+            setting,
+            f"{head}: {switch} has no --no- form in {catalog.label} (a recipe `false` writes one)",
+            f"leave {switch} out to keep it off",
+        )
+    expansions = [f for f in catalog.flags if f.startswith(base)] if base.startswith("--") else []
+    if len(expansions) == 1:  # argparse would take it; a future flag would make it ambiguous
+        return Problem(
+            setting,
+            f"{head} is an abbreviation of {expansions[0]}",
+            "write the full flag: abbreviations change meaning when the engine adds flags",
+        )
+    close = difflib.get_close_matches(base, catalog.flags, n=1, cutoff=0.75)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return Problem(setting, f"{head} is not a {catalog.label} flag{hint}", SKIP_FIX)
 
 
 def _check_value(
@@ -91,8 +123,8 @@ def _check_value(
         elif kind == "json":
             json.loads(value)
     except ValueError as exc:
-        what = {"int": "an integer", "float": "a number", "json": "valid JSON"}[kind]
-        detail = f" ({exc})" if kind == "json" else ""
-        # A JSON value is config, not a credential (secret flags are refused earlier): safe to cite.
-        return Problem(setting, f"{head} needs {what}, got {value[:60]!r}{detail}", SKIP_FIX)
+        if kind == "json":  # only where it breaks: a JSON config may embed credentials
+            return Problem(setting, f"{head} needs valid JSON ({exc})", SKIP_FIX)
+        what = "an integer" if kind == "int" else "a number"
+        return Problem(setting, f"{head} needs {what}, got {value[:40]!r}", SKIP_FIX)
     return None

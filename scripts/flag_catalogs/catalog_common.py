@@ -28,18 +28,25 @@ def value_kind(action: argparse.Action) -> str | None:
     return "str"
 
 
-def catalog(parser: argparse.ArgumentParser, engine: str, version: str) -> dict:
+def catalog(parser: argparse.ArgumentParser, engine: str, version: str, underscores: bool) -> dict:
+    """underscores: the engine's parser also accepts --max_num_seqs (vLLM's FlexibleArgumentParser)."""
     flags = {}
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction):
             continue
         entry = {"value": value_kind(action)}
+        if action.nargs == "?":
+            entry["optional"] = True  # the value may be left out
         if action.choices is not None and not isinstance(action.choices, dict):
             entry["choices"] = sorted(str(c) for c in action.choices)
         for option in action.option_strings:
-            if option.startswith("--"):
-                flags[option] = entry
-    return {"engine": engine, "version": version, "flags": dict(sorted(flags.items()))}
+            flags[option] = entry
+    return {
+        "engine": engine,
+        "version": version,
+        "underscores": underscores,
+        "flags": dict(sorted(flags.items())),
+    }
 
 
 def emit(data: dict) -> None:

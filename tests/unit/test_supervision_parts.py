@@ -14,10 +14,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from launcher.errors import ConfigError
+from launcher.outcome import TERMINATION_LIMIT, Outcome
 from launcher.plan import FileSpec, Plan, PodIdentity, PortSpec, ProcessSpec, Role, RoleKind
 from launcher.preflight import check_binaries, check_model, check_ports, check_runtime_dir, clean_shm
 from launcher.redact import Scrubber, secret_values
-from launcher.run import TERMINATION_LIMIT, write_termination_message
+from launcher.run import write_termination_message
 from launcher.shutdown import ShutdownBudget
 from launcher.supervisor import exit_code_of, restart_delay, write_files
 
@@ -61,12 +62,38 @@ def test_exit_codes_follow_the_shell_convention() -> None:
 
 
 def test_scrubber_hides_secret_values_in_text() -> None:
-    env = {"HF_TOKEN": "hf_abcdef", "MY_API_KEY": "k-123456", "SHORT_TOKEN": "ab", "HOME": "/root"}
+    env = {
+        "HF_TOKEN": "hf_abcdefgh",
+        "MY_API_KEY": "k-12345678",
+        "SHORT_TOKEN": "abc",  # too short to be a credential: hiding it would garble every log
+        "TOKENIZERS_PARALLELISM": "false",
+        "MAX_TOKENS": "1000000000",
+        "HOME": "/root/home",
+    }
     scrub = Scrubber(secret_values(env))
-    assert scrub("token hf_abcdef key k-123456 home /root ab") == (
-        "token <redacted> key <redacted> home /root ab"
+    assert scrub("token hf_abcdefgh key k-12345678 home /root/home abc false 1000000000") == (
+        "token <redacted> key <redacted> home /root/home abc false 1000000000"
     )
     assert Scrubber([])("unchanged") == "unchanged"
+
+
+def test_redacted_argv_never_swallows_the_next_flag() -> None:
+    from launcher.redact import redact_argv
+
+    argv = ["vllm", "--allow-credentials", "--port", "8000", "--api-key", "sk-1", "--hf-token", "--x"]
+    assert redact_argv(argv) == [
+        "vllm", "--allow-credentials", "--port", "8000", "--api-key", "<redacted>", "--hf-token", "--x",
+    ]  # fmt: skip
+
+
+def test_termination_message_keeps_the_reason_and_the_newest_lines() -> None:
+    outcome = Outcome(3, "engine exited with code 3", [f"line {i} " + "x" * 200 for i in range(100)])
+    message = outcome.termination_message()
+    assert len(message.encode()) <= TERMINATION_LIMIT
+    lines = message.splitlines()
+    assert lines[:3] == ["engine exited with code 3", "last output:", "…"]
+    assert lines[-1].startswith("line 99 ")
+    assert Outcome(1, "short", ["a", "b"]).termination_message() == "short\nlast output:\na\nb"
 
 
 def test_termination_message_keeps_the_head_within_4_kib(tmp_path: Path) -> None:
@@ -95,7 +122,7 @@ def test_clean_shm_removes_only_files_nobody_holds(tmp_path: Path) -> None:
     held.write_bytes(b"x")
     with held.open("rb"):
         removed = clean_shm(str(tmp_path))
-    assert sorted(removed) == ["stale-1", "stale-2"]
+    assert removed is not None and sorted(removed) == ["stale-1", "stale-2"]
     assert held.exists() and (tmp_path / "subdir").is_dir()
     assert clean_shm(str(tmp_path / "absent")) == []
 
