@@ -35,8 +35,9 @@ run settings:
   LLMD_SIDECAR_RESTARTS, LLMD_SIDECAR_RESTART_WINDOW, LLMD_RESTART_BACKOFF_SECONDS
                            a sidecar may restart 5 times per 300 s, backoff 1 s doubling to 30 s
   LLMD_LOG_FORMAT          auto (JSON unless on a terminal), json or text
-run exit codes: the engine's exit code; 128+N if signal N killed it; 2 bad input or failed preflight;
-  127 a binary could not be started."""
+run exit codes: the engine's exit code (0 when a requested stop completed in time); 128+N if signal
+  N killed it; 2 bad input or failed preflight; 127/126 a binary not found / not executable;
+  1 an internal error. The reason for a non-zero exit goes to LLMD_TERMINATION_LOG."""
 
 
 def _parser() -> argparse.ArgumentParser:
