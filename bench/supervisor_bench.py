@@ -28,6 +28,7 @@ import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+from tests.engines.engine_venvs import engine_env  # noqa: E402
 from tests.pods import STANDINS, LauncherPod, free_port  # noqa: E402
 
 VENVS = Path(os.environ.get("LLMD_VENVS", REPO / ".venvs"))
@@ -220,16 +221,9 @@ def through_vllm(m: Mistake, root: Path, model: Path, port: int) -> tuple[float,
         *m.vllm_args,
     ]
     env = {
+        **engine_env(workdir),
         "PATH": f"{VENVS / 'vllm' / 'bin'}:/usr/bin:/bin",
-        "HOME": str(workdir),
-        "TMPDIR": str(workdir),
-        "VLLM_CACHE_ROOT": str(workdir / "cache"),
-        "HF_HOME": str(workdir / "hf"),
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
         "VLLM_CPU_KVCACHE_SPACE": "1",
-        "VLLM_TARGET_DEVICE": "cpu",
-        "VLLM_NO_USAGE_STATS": "1",
     }
     start = time.perf_counter()
     proc = subprocess.Popen(

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.engines.engine_venvs import HERE, VENVS, engine_bin
+from tests.engines.engine_venvs import HERE, VENVS, engine_bin, engine_env
 from tests.pods import LauncherPod, free_port
 
 PRIVATE_NET_IP = "10.213.0.1"  # llmd0 in tests/engines/private_network.sh
@@ -21,20 +21,6 @@ PRIVATE_NET_IP = "10.213.0.1"  # llmd0 in tests/engines/private_network.sh
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("stops_shared_vllm") is not None)
-
-
-def engine_env(workdir: Path) -> dict[str, str]:
-    """Per-run caches and no hub (shared/REFERENCE.md §6.3)."""
-    return {
-        "TMPDIR": str(workdir),
-        "VLLM_CACHE_ROOT": str(workdir / "vllm-cache"),
-        "HF_HOME": str(workdir / "hf"),
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "VLLM_NO_USAGE_STATS": "1",
-        "DO_NOT_TRACK": "1",
-        "VLLM_TARGET_DEVICE": "cpu",
-    }
 
 
 @pytest.fixture(scope="session")
@@ -55,7 +41,7 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("tiny-build")
     subprocess.run(
         [str(engine_bin("vllm", "python")), str(HERE / "tiny_model.py"), str(out)],
-        env={"PATH": "/usr/bin:/bin", "HOME": str(work), **engine_env(work)},
+        env=engine_env(work),
         check=True,
         capture_output=True,
         timeout=300,

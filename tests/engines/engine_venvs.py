@@ -26,20 +26,25 @@ def engine_bin(venv: str, name: str) -> Path:
     return path
 
 
-def run_checker(venv: str, script: str, argvs: list[list[str]], tmp_path: Path) -> list[dict[str, Any]]:
-    """Feed argvs to a checker script running in an engine venv; one process for all of them."""
-    env = {
+def engine_env(workdir: Path) -> dict[str, str]:
+    """An engine's environment on the test machine: per-run caches, no hub, CPU (REFERENCE.md §6.3)."""
+    return {
         "PATH": "/usr/bin:/bin",
-        "HOME": str(tmp_path),
-        "TMPDIR": str(tmp_path),
+        "HOME": str(workdir),
+        "TMPDIR": str(workdir),
         "VLLM_TARGET_DEVICE": "cpu",
-        "VLLM_CACHE_ROOT": str(tmp_path / "vllm-cache"),
-        "HF_HOME": str(tmp_path / "hf"),
+        "VLLM_CACHE_ROOT": str(workdir / "vllm-cache"),
+        "HF_HOME": str(workdir / "hf"),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
     }
+
+
+def run_checker(venv: str, script: str, argvs: list[list[str]], tmp_path: Path) -> list[dict[str, Any]]:
+    """Feed argvs to a checker script running in an engine venv; one process for all of them."""
+    env = engine_env(tmp_path)
     proc = subprocess.run(
         [str(engine_bin(venv, "python")), str(HERE / script)],
         input=json.dumps(argvs),

@@ -72,12 +72,16 @@ def test_extra_args_mistake_is_one_line_exit_2(run_cli: Any) -> None:
     assert "LLMD_CHECK_FLAGS=false" in err
 
 
-def test_recipe_arg_mistake_names_its_place(run_cli: Any, tmp_path: Path) -> None:
+def vllm_recipe(tmp_path: Path, args: str) -> Path:
     recipe = tmp_path / "r.yaml"
     recipe.write_text(
-        "name: r\nmodel: {path: /m}\ndefault_pool: p\npools:\n  p:\n    kind: vllm\n"
-        "    args: {kv-cache-dtype: fp9}\n"
+        f"name: r\nmodel: {{path: /m}}\ndefault_pool: p\npools:\n  p:\n    kind: vllm\n    args: {args}\n"
     )
+    return recipe
+
+
+def test_recipe_arg_mistake_names_its_place(run_cli: Any, tmp_path: Path) -> None:
+    recipe = vllm_recipe(tmp_path, "{kv-cache-dtype: fp9}")
     code, _, err = run_cli("plan", env={"LLMD_RECIPE_FILE": str(recipe)})
     assert code == 2
     assert f"error: LLMD_RECIPE_FILE: {recipe}: pools.p.args: --kv-cache-dtype 'fp9' is not one of" in err
@@ -112,11 +116,7 @@ def test_forms_vllm_accepts_are_not_refused(extra: str) -> None:
 
 
 def test_a_recipe_false_on_a_switch_without_no_form_is_explained(run_cli: Any, tmp_path: Path) -> None:
-    recipe = tmp_path / "r.yaml"
-    recipe.write_text(
-        "name: r\nmodel: {path: /m}\ndefault_pool: p\npools:\n  p:\n    kind: vllm\n"
-        "    args: {disable-log-stats: false}\n"
-    )
+    recipe = vllm_recipe(tmp_path, "{disable-log-stats: false}")
     code, _, err = run_cli("plan", env={"LLMD_RECIPE_FILE": str(recipe)})
     assert code == 2
     assert "--no-disable-log-stats: --disable-log-stats has no --no- form in vllm serve 0.32.0" in err
