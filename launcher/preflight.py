@@ -20,7 +20,6 @@ from launcher.errors import ConfigError, Problem
 from launcher.plan import Plan
 
 T = TypeVar("T")
-Resolver = Callable[[str], str]
 CHECK_TIMEOUT = 20.0  # seconds any one local check may take
 WAIT_LOG_EVERY = 5.0  # seconds between "still waiting" lines
 
@@ -57,9 +56,7 @@ def getaddrinfo_ip(name: str) -> str:
     return str(infos[0][4][0])
 
 
-async def resolve_leader(
-    name: str, wait_seconds: float, log: Any, resolver: Resolver = getaddrinfo_ip
-) -> str:
+async def resolve_leader(name: str, wait_seconds: float, log: Any) -> str:
     """LWS_LEADER_ADDRESS is a DNS name that resolves only once the leader pod has an IP; ZMQ binds and
     NCCL need the IP. Retry until the bound, saying every few seconds what we wait for."""
     started = time.monotonic()
@@ -70,7 +67,7 @@ async def resolve_leader(
         if remaining <= 0:
             break
         try:
-            ip = await asyncio.wait_for(in_daemon_thread(resolver, name), timeout=min(remaining, 10.0))
+            ip = await asyncio.wait_for(in_daemon_thread(getaddrinfo_ip, name), timeout=min(remaining, 10.0))
             log.info("leader resolved", leader=name, ip=ip, waited_s=round(time.monotonic() - started, 2))
             return ip
         except (OSError, UnicodeError, asyncio.TimeoutError) as exc:

@@ -40,7 +40,7 @@ def run(cli_settings: dict[str, Any]) -> int:
         scrub = Scrubber(
             secret_values({**os.environ, **{k: v for p in plan.processes for k, v in p.env.items()}})
         )
-        outcome = _supervise(settings, recipe, scrub, early_signals)
+        outcome = _supervise(settings, recipe, plan, scrub, early_signals)
     except ConfigError as exc:
         for problem in exc.problems:
             print(scrub(f"llm-d-launcher: error: {problem}"), file=sys.stderr, flush=True)
@@ -64,7 +64,7 @@ def _record_signals() -> list[int]:
     return received
 
 
-def _supervise(settings: Any, recipe: Any, scrub: Scrubber, early_signals: list[int]) -> Outcome:
+def _supervise(settings: Any, recipe: Any, plan: Plan, scrub: Scrubber, early_signals: list[int]) -> Outcome:
     import asyncio
 
     from launcher.logs import ChildOutput, configure, wants_json
@@ -72,7 +72,7 @@ def _supervise(settings: Any, recipe: Any, scrub: Scrubber, early_signals: list[
     as_json = wants_json(settings.log_format)
     log = configure(as_json, scrub)
     try:
-        outcome = asyncio.run(_run(settings, recipe, log, ChildOutput(as_json, scrub), early_signals))
+        outcome = asyncio.run(_run(settings, recipe, plan, log, ChildOutput(as_json, scrub), early_signals))
     except ConfigError as exc:
         log.error("preflight failed", problems=[str(p) for p in exc.problems])
         raise
@@ -84,11 +84,12 @@ def _supervise(settings: Any, recipe: Any, scrub: Scrubber, early_signals: list[
 
 
 async def _run(
-    settings: Any, recipe: Any, log: Any, output: ChildOutput, early_signals: list[int]
+    settings: Any, recipe: Any, plan: Plan, log: Any, output: ChildOutput, early_signals: list[int]
 ) -> Outcome:
     import asyncio
     import signal
 
+    from launcher.shutdown import ShutdownBudget
     from launcher.supervisor import Event, SignalReceived, Supervisor, SupervisorConfig, signal_name
 
     loop = asyncio.get_running_loop()
@@ -98,7 +99,7 @@ async def _run(
     for signum in early_signals:
         events.put_nowait(SignalReceived(signum))
     stage = ["building the plan"]
-    prepare = asyncio.create_task(_prepare(settings, recipe, log, stage))
+    prepare = asyncio.create_task(_prepare(settings, recipe, plan, log, stage))
     first_signal = asyncio.create_task(events.get())
     await asyncio.wait({prepare, first_signal}, return_when=asyncio.FIRST_COMPLETED)
     if first_signal.done() and not prepare.done():
@@ -114,7 +115,7 @@ async def _run(
         first_signal.cancel()
     plan = prepare.result()  # raises ConfigError
     config = SupervisorConfig(
-        budget=_budget(settings),
+        budget=ShutdownBudget.from_grace(settings.grace_seconds),
         bin_path=settings.bin_path,
         sidecar_restarts=settings.sidecar_restarts,
         sidecar_restart_window=settings.sidecar_restart_window,
@@ -123,17 +124,11 @@ async def _run(
     return await Supervisor(plan, config, events, output, log).run()
 
 
-def _budget(settings: Any) -> Any:
-    from launcher.shutdown import ShutdownBudget
-
-    return ShutdownBudget.from_grace(settings.grace_seconds)
-
-
-async def _prepare(settings: Any, recipe: Any, log: Any, stage: list[str]) -> Plan:
+async def _prepare(settings: Any, recipe: Any, plan: Plan, log: Any, stage: list[str]) -> Plan:
+    """The plan as the pod will run it: the leader's name replaced by its IP, every check passed."""
     from launcher.preflight import resolve_leader, run_preflight
     from roles import build_plan
 
-    plan = build_plan(settings, recipe)  # every recipe and arithmetic error surfaces here, at once
     leader = plan.role.leader_address
     if leader and plan.role.group_size > 1 and not is_ip(leader):
         stage[0] = f"resolving LWS_LEADER_ADDRESS {leader}"

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -130,7 +129,3 @@ class LauncherPod:
         for proc in [*self.leftovers(), *([psutil.Process(self.pid)] if running else [])]:
             with contextlib.suppress(psutil.Error):
                 proc.kill()
-
-
-def iter_lines(text: str, marker: str) -> Iterator[str]:
-    return (line for line in text.splitlines() if marker in line)

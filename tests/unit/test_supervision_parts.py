@@ -183,10 +183,12 @@ def test_unknown_placeholder_refuses_to_run(tmp_path: Path, monkeypatch: pytest.
     from launcher.recipe import RecipeSource, load_recipe
     from launcher.run import _prepare
     from launcher.settings import load_settings
+    from roles import build_plan
 
     monkeypatch.setenv("LLMD_RECIPE", "vllm-single-pod")
     settings = load_settings()
     recipe = load_recipe(RecipeSource("vllm-single-pod", None))
+    plan = build_plan(settings, recipe)
     with pytest.raises(ConfigError) as err:
-        asyncio.run(_prepare(settings, recipe, None, ["x"]))
+        asyncio.run(_prepare(settings, recipe, plan, None, ["x"]))
     assert str(err.value).startswith("POD_IP: is not set but the plan needs it")
