@@ -1,4 +1,9 @@
-"""Probe endpoints (/livez, /readyz, /startupz, /metrics) — built with the probes issue (#4).
+"""The launcher's probes: /livez /readyz /startupz /metrics per role, answered from cached state.
 
-The plan already says how each process is checked (ProcessSpec.health); the server reads that.
+- progress.py  start-up phase and weight-loading progress, parsed from the engine's output (pure)
+- state.py     PodHealth: check results + the supervisor's process table -> probe answers
+- checks.py    background checks (engine /health, sidecars, leader reachable), each with a timeout
+- metrics.py   Prometheus exposition, llmd_launcher_* names
+- server.py    the aiohttp probe server in the launcher's event loop
+- probe.py     `llm-d-launcher probe live|ready|startup`, for exec probes
 """

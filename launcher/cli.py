@@ -35,6 +35,10 @@ run settings:
   LLMD_SIDECAR_RESTARTS, LLMD_SIDECAR_RESTART_WINDOW, LLMD_RESTART_BACKOFF_SECONDS
                            a sidecar may restart 5 times per 300 s, backoff 1 s doubling to 30 s
   LLMD_LOG_FORMAT          auto (JSON unless on a terminal), json or text
+  LLMD_PROBE_PORT          the launcher's /livez /readyz /startupz /metrics (default 8090)
+  LLMD_PROBE_HOST          bind address of the probe server (default: every interface)
+  LLMD_CHECK_INTERVAL, LLMD_CHECK_TIMEOUT
+                           readiness checks run every 2 s (1 s during start-up), 5 s timeout each
 run exit codes: the engine's exit code (0 when a requested stop completed in time); 128+N if signal
   N killed it; 2 bad input or failed preflight; 127/126 a binary not found / not executable;
   1 an internal error. The reason for a non-zero exit goes to LLMD_TERMINATION_LOG."""
@@ -81,7 +85,25 @@ def _parser() -> argparse.ArgumentParser:
     )
     _add_pod_options(run)
     sub.add_parser("recipes", help="list the built-in recipes and their pools")
+    probe = sub.add_parser(
+        "probe",
+        help="exec probe: ask this pod's launcher whether it is live, ready or started (exit 0 or 1)",
+        description="Ask the launcher's probe server (127.0.0.1:LLMD_PROBE_PORT) and exit 0 if it "
+        "answers 200, 1 otherwise, with one line saying why. For clusters that prefer exec probes; "
+        "httpGet probes on /livez, /readyz and /startupz answer the same.",
+    )
+    probe.add_argument("which", choices=("live", "ready", "startup"))
+    probe.add_argument("--port", type=_port, help="probe server port (default LLMD_PROBE_PORT, else 8090)")
+    probe.add_argument(
+        "--timeout", type=float, default=2.0, metavar="SECONDS", help="give up after this (default 2)"
+    )
     return root
+
+
+def _port(text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number 1-65535")
+    return int(text)
 
 
 def _add_pod_options(parser: argparse.ArgumentParser) -> None:
@@ -103,6 +125,9 @@ def _add_pod_options(parser: argparse.ArgumentParser) -> None:
         help="extra env for every process (repeatable; replaces LLMD_EXTRA_ENV)",
     )
     pod.add_argument("--runtime-dir", metavar="DIR", help="LLMD_RUNTIME_DIR")
+    pod.add_argument(
+        "--probe-port", metavar="PORT", help="the launcher's probe server port (LLMD_PROBE_PORT)"
+    )
 
 
 def _cli_settings(ns: argparse.Namespace) -> dict[str, object]:
@@ -200,6 +225,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return code
         if ns.command == "recipes":
             return _cmd_recipes()
+        if ns.command == "probe":
+            from healthchecks.probe import probe
+
+            return probe(ns.which, ns.port, timeout=ns.timeout)
         parser.print_help(sys.stderr)
         return 2
     except ConfigError as exc:

@@ -61,6 +61,34 @@ class HttpCheck:
 
 
 @dataclass(frozen=True)
+class TcpCheck:
+    """Reachable = a TCP connection opens: how a worker learns its leader's API is up."""
+
+    host: str
+    port: int
+
+
+@dataclass(frozen=True)
+class Check:
+    """One condition the probe server watches. Its process must be running; then the request, if any,
+    must pass. No request: the process running is the whole check (a headless worker's engine)."""
+
+    name: str
+    process: str
+    request: HttpCheck | TcpCheck | None = None
+
+
+@dataclass(frozen=True)
+class Probes:
+    """What the launcher's probe server answers from (healthchecks/)."""
+
+    port: int  # the launcher's own /livez /readyz /startupz /metrics
+    ready: tuple[Check, ...]  # all pass (and no stop has begun) = ready
+    started: Check  # its first pass ends start-up: the engine answered once, or the leader came up
+    progress: str | None = None  # which parser reads start-up progress from the engine's output
+
+
+@dataclass(frozen=True)
 class ProcessSpec:
     name: str
     argv: tuple[str, ...]
@@ -87,6 +115,7 @@ class Plan:
     notes: tuple[str, ...] = ()
     placeholders: tuple[str, ...] = ()  # values only the pod knows, shown as $(VAR)
     model_path: str | None = None  # where the engine loads weights from: a directory or a hub id
+    probes: Probes | None = None  # set by roles.build_plan for every pod
 
     @property
     def engine(self) -> ProcessSpec:

@@ -115,6 +115,17 @@ def check_ports(plan: Plan) -> list[Problem]:
     return problems
 
 
+def listener_of(port: int) -> str:
+    """Who listens on a TCP port, for an error message."""
+    import psutil
+
+    with contextlib.suppress(psutil.Error, OSError):
+        for conn in psutil.net_connections(kind="tcp"):
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port == port:
+                return _describe_pid(conn.pid)
+    return "another process"
+
+
 def _describe_pid(pid: int | None) -> str:
     import psutil
 

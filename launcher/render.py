@@ -11,7 +11,7 @@ import shlex
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from launcher.plan import Plan, ProcessSpec, RoleKind
+from launcher.plan import Check, HttpCheck, Plan, Probes, ProcessSpec, RoleKind, TcpCheck
 from launcher.redact import REDACTED, is_secret_name, redact_argv, redact_env
 
 if TYPE_CHECKING:
@@ -54,6 +54,26 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             }
             for p in plan.processes
         ],
+        "probes": None if plan.probes is None else _probes_dict(plan.probes),
+    }
+
+
+def _check_dict(check: Check) -> dict[str, Any]:
+    request = check.request
+    out: dict[str, Any] = {"name": check.name, "process": check.process}
+    if isinstance(request, HttpCheck):
+        out["http"] = {"port": request.port, "path": request.path}
+    elif isinstance(request, TcpCheck):
+        out["tcp"] = {"host": request.host, "port": request.port}
+    return out
+
+
+def _probes_dict(probes: Probes) -> dict[str, Any]:
+    return {
+        "port": probes.port,
+        "ready": [_check_dict(c) for c in probes.ready],
+        "started": _check_dict(probes.started),
+        "progress": probes.progress,
     }
 
 
@@ -130,7 +150,27 @@ def render_text(plan: Plan, with_notes: bool = True) -> str:
         out += ["  " + line for line in f.content.splitlines()]
     for p in plan.processes:
         out += ["", *_process_text(p)]
+    if plan.probes is not None:
+        out += ["", *_probes_text(plan.probes)]
     return "\n".join(out) + "\n"
+
+
+def _check_text(check: Check) -> str:
+    request = check.request
+    if isinstance(request, HttpCheck):
+        return f"{check.name} (GET :{request.port}{request.path} = 200)"
+    if isinstance(request, TcpCheck):
+        return f"{check.name} ({request.host}:{request.port} accepts connections)"
+    return f"{check.name} (process running)"
+
+
+def _probes_text(probes: Probes) -> list[str]:
+    progress = f"; start-up progress read from {probes.progress}'s output" if probes.progress else ""
+    return [
+        f"probes on :{probes.port} (/livez /readyz /startupz /metrics)",
+        "  ready when: " + ", ".join(_check_text(c) for c in probes.ready),
+        f"  started when: {_check_text(probes.started)} passes once{progress}",
+    ]
 
 
 def render_group_text(report: GroupReport) -> str:

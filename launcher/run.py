@@ -18,6 +18,7 @@ from launcher.plan import Plan
 from launcher.redact import Scrubber, secret_values
 
 if TYPE_CHECKING:
+    from healthchecks.state import PodHealth
     from launcher.logs import ChildOutput
 
 
@@ -87,8 +88,12 @@ async def _run(
     settings: Any, recipe: Any, plan: Plan, log: Any, output: ChildOutput, early_signals: list[int]
 ) -> Outcome:
     import asyncio
+    import contextlib
     import signal
 
+    from healthchecks.checks import CheckRunner
+    from healthchecks.server import ProbeServer
+    from healthchecks.state import PodHealth
     from launcher.shutdown import ShutdownBudget
     from launcher.supervisor import Event, SignalReceived, Supervisor, SupervisorConfig, signal_name
 
@@ -98,46 +103,73 @@ async def _run(
         loop.add_signal_handler(sig, events.put_nowait, SignalReceived(sig))
     for signum in early_signals:
         events.put_nowait(SignalReceived(signum))
-    stage = ["building the plan"]
-    prepare = asyncio.create_task(_prepare(settings, recipe, plan, log, stage))
-    first_signal = asyncio.create_task(events.get())
-    await asyncio.wait({prepare, first_signal}, return_when=asyncio.FIRST_COMPLETED)
-    if first_signal.done() and not prepare.done():
-        prepare.cancel()
-        event = first_signal.result()
-        assert isinstance(event, SignalReceived)
-        # Nothing was started, so the stop is complete: exit 0 like any stop that finished in time.
-        reason = f"stopped by {signal_name(event.signum)} during preflight ({stage[0]}); nothing was started"
-        return Outcome(0, reason)
-    if first_signal.done():  # both at once: the signal still counts
-        events.put_nowait(first_signal.result())
-    else:
-        first_signal.cancel()
-    plan = prepare.result()  # raises ConfigError
-    config = SupervisorConfig(
-        budget=ShutdownBudget.from_grace(settings.grace_seconds),
-        bin_path=settings.bin_path,
-        sidecar_restarts=settings.sidecar_restarts,
-        sidecar_restart_window=settings.sidecar_restart_window,
-        restart_backoff=settings.restart_backoff_seconds,
-    )
-    return await Supervisor(plan, config, events, output, log).run()
+    assert plan.probes is not None
+    # The probes answer from the first moment: a pod waiting for its leader is alive, not started.
+    health = PodHealth(plan.probes)
+    server = ProbeServer(health, settings.probe_host, settings.probe_port)
+    await server.start()
+    try:
+        stage = ["building the plan"]
+        prepare = asyncio.create_task(_prepare(settings, recipe, plan, log, stage, health))
+        first_signal = asyncio.create_task(events.get())
+        await asyncio.wait({prepare, first_signal}, return_when=asyncio.FIRST_COMPLETED)
+        if first_signal.done() and not prepare.done():
+            prepare.cancel()
+            event = first_signal.result()
+            assert isinstance(event, SignalReceived)
+            # Nothing was started, so the stop is complete: exit 0 like any stop that finished in time.
+            reason = (
+                f"stopped by {signal_name(event.signum)} during preflight ({stage[0]}); nothing was started"
+            )
+            return Outcome(0, reason)
+        if first_signal.done():  # both at once: the signal still counts
+            events.put_nowait(first_signal.result())
+        else:
+            first_signal.cancel()
+        plan = prepare.result()  # raises ConfigError
+        assert plan.probes is not None
+        health.use_plan(plan.probes)
+        config = SupervisorConfig(
+            budget=ShutdownBudget.from_grace(settings.grace_seconds),
+            bin_path=settings.bin_path,
+            sidecar_restarts=settings.sidecar_restarts,
+            sidecar_restart_window=settings.sidecar_restart_window,
+            restart_backoff=settings.restart_backoff_seconds,
+        )
+        supervisor = Supervisor(plan, config, events, output, log, on_line=health.on_line)
+        health.attach(supervisor)
+        checks = asyncio.create_task(
+            CheckRunner(health, settings.check_interval, settings.check_timeout, log).run()
+        )
+        try:
+            return await supervisor.run()
+        finally:
+            checks.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await checks
+    finally:
+        await server.stop()
 
 
-async def _prepare(settings: Any, recipe: Any, plan: Plan, log: Any, stage: list[str]) -> Plan:
+async def _prepare(
+    settings: Any, recipe: Any, plan: Plan, log: Any, stage: list[str], health: PodHealth
+) -> Plan:
     """The plan as the pod will run it: the leader's name replaced by its IP, every check passed."""
+    from healthchecks.progress import PREFLIGHT, WAITING_FOR_LEADER
     from launcher.preflight import resolve_leader, run_preflight
     from roles import build_plan
 
     leader = plan.role.leader_address
     if leader and plan.role.group_size > 1 and not is_ip(leader):
         stage[0] = f"resolving LWS_LEADER_ADDRESS {leader}"
+        health.set_phase(WAITING_FOR_LEADER)
         ip = await resolve_leader(leader, settings.leader_wait_seconds, log)
         settings = settings.model_copy(update={"leader_address": ip})
         plan = build_plan(settings, recipe)
     if plan.placeholders:
         raise ConfigError([_unknown(name) for name in plan.placeholders])
     stage[0] = "checking model, binaries, ports and files"
+    health.set_phase(PREFLIGHT)
     await run_preflight(
         plan,
         bin_path=settings.bin_path,

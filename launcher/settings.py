@@ -72,6 +72,11 @@ class Settings(BaseSettings):
     sidecar_restart_window: float = Field(300.0, gt=0)
     restart_backoff_seconds: float = Field(1.0, gt=0)  # first restart delay; doubles, capped at 30 s
     log_format: Literal["auto", "json", "text"] = "auto"  # auto: JSON unless stderr is a terminal
+    # Probes (healthchecks/): 8090 is no port of the guide's pods.
+    probe_port: int = Field(8090, ge=1, le=65535)
+    probe_host: str = ""  # the probe server's bind address; "" = every interface (kubelet uses the pod IP)
+    check_interval: float = Field(2.0, gt=0)  # seconds between two runs of one readiness check
+    check_timeout: float = Field(5.0, gt=0)  # a check slower than this fails
 
     @field_validator("leader_address")
     @classmethod
@@ -84,6 +89,13 @@ class Settings(BaseSettings):
     @classmethod
     def _pod_ip_is_an_ip(cls, value: str | None) -> str | None:
         if value is not None and not is_ip(value):
+            raise ValueError("is not an IP address")
+        return value
+
+    @field_validator("probe_host")
+    @classmethod
+    def _probe_host_is_an_ip(cls, value: str) -> str:
+        if value and not is_ip(value):
             raise ValueError("is not an IP address")
         return value
 
@@ -124,7 +136,7 @@ class Settings(BaseSettings):
 # Settings that `plan` and `run` also take as CLI flags (--worker-index, ...; extra_env is --env).
 CLI_FIELDS = (
     "recipe", "recipe_file", "pool", "worker_index", "group_size", "leader_address", "pod_ip",
-    "gpus_per_node", "extra_args", "extra_env", "runtime_dir",
+    "gpus_per_node", "extra_args", "extra_env", "runtime_dir", "probe_port",
 )  # fmt: skip
 
 # Settings a recipe's `launcher:` section may not set: they choose the recipe, or describe the pod.
@@ -198,6 +210,10 @@ _FIXES = {
     "sidecar_restart_window": "give a positive number of seconds",
     "restart_backoff_seconds": "give a positive number of seconds",
     "log_format": "use auto, json or text",
+    "probe_port": "give a port number 1-65535 that no process of the pod uses (default 8090)",
+    "probe_host": "give an IP address to bind the probe server to, or empty for every interface",
+    "check_interval": "give a positive number of seconds",
+    "check_timeout": "give a positive number of seconds",
 }
 
 

@@ -129,7 +129,9 @@ class Supervisor:
         output: ChildOutput,
         log: Any,
         clock: Callable[[], float] = time.monotonic,
+        on_line: Callable[[str, str], None] | None = None,
     ) -> None:
+        """on_line(process name, line): sees every output line (start-up progress is read from it)."""
         self.plan = plan
         self.config = config
         self.events = events
@@ -137,7 +139,10 @@ class Supervisor:
         self.log = log
         self.clock = clock
         self.processes = [ProcessState(spec) for spec in plan.processes]
-        self.stopping = False
+        self.on_line = on_line
+        self.stopping = False  # the probes report not ready from the first moment of a stop
+        self.stop_requested = False  # by a signal, as opposed to a failure
+        self.failure: str | None = None  # why a critical process ended the pod, for /livez
         self.outcome: Outcome | None = None
         self._by_pid: dict[int, ProcessState] = {}
         self._groups: set[int] = set()  # every process group we created
@@ -147,6 +152,9 @@ class Supervisor:
     @property
     def engine(self) -> ProcessState:
         return self.processes[0]
+
+    def process(self, name: str) -> ProcessState | None:
+        return next((s for s in self.processes if s.name == name), None)
 
     # ------------------------------------------------------------------ life cycle
     async def run(self) -> Outcome:
@@ -230,8 +238,8 @@ class Supervisor:
         asyncio.get_running_loop().call_later(delay, self.events.put_nowait, RestartDue(state.name))
 
     def _on_restart_due(self, name: str) -> None:
-        state = next(s for s in self.processes if s.name == name)
-        if self.stopping or state.running:
+        state = self.process(name)
+        if state is None or self.stopping or state.running:
             return
         state.restarts += 1
         self._spawn(state)
@@ -272,7 +280,7 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for stream, pipe in (("stdout", popen.stdout), ("stderr", popen.stderr)):
             assert pipe is not None
-            reader = _LineReader(state, stream, pipe, self.output)
+            reader = _LineReader(state, stream, pipe, self.output, self.on_line)
             os.set_blocking(reader.fd, False)
             self._readers[reader.fd] = reader
             loop.add_reader(reader.fd, self._on_readable, reader)
@@ -331,6 +339,10 @@ class Supervisor:
         if self.stopping:
             return
         self.stopping = True
+        if exit_code is None:
+            self.stop_requested = True
+        else:
+            self.failure = reason
         self.outcome = Outcome(exit_code if exit_code is not None else -1, reason, output or [])
         asyncio.get_running_loop().create_task(self._shutdown(exit_code is None))
 
@@ -452,8 +464,15 @@ _LINE_END = re.compile(rb"\r?\n|\r")
 class _LineReader:
     """Splits one child pipe into lines and hands each to the output, keeping a short tail."""
 
-    def __init__(self, state: ProcessState, stream: str, pipe: IO[bytes], output: ChildOutput) -> None:
-        self.state, self.stream, self.pipe, self.output = state, stream, pipe, output
+    def __init__(
+        self,
+        state: ProcessState,
+        stream: str,
+        pipe: IO[bytes],
+        output: ChildOutput,
+        on_line: Callable[[str, str], None] | None,
+    ) -> None:
+        self.state, self.stream, self.pipe, self.output, self.on_line = state, stream, pipe, output, on_line
         self.fd = pipe.fileno()
         self.buffer = b""
 
@@ -486,6 +505,8 @@ class _LineReader:
     def _emit(self, raw: bytes) -> None:
         text = raw.decode("utf-8", errors="replace").rstrip("\r")
         self.state.tail.append(self.output.line(self.state.name, self.stream, text))
+        if self.on_line is not None:
+            self.on_line(self.state.name, text)
 
 
 def _which(binary: str, path: str) -> str:

@@ -23,6 +23,7 @@ def build_plan(settings: Settings, recipe: Recipe, group_member: int | None = No
         extra_env=settings.extra_env,
         shutdown=ShutdownBudget.from_grace(settings.grace_seconds),
         check_flags=settings.check_flags,
+        probe_port=settings.probe_port,
     )
     pool = derived.pool
     if isinstance(pool, VllmPool):

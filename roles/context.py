@@ -12,6 +12,7 @@ from launcher.shutdown import ShutdownBudget
 from roles.args import Arg, args_from, flag_key, flatten, merge_extra, split_extra_args
 from roles.derive import PodFacts
 from roles.flags import check_flags, load_catalog
+from roles.probes import build_probes
 
 EXTRA_ARGS = "LLMD_EXTRA_ARGS"
 
@@ -26,6 +27,7 @@ class BuildContext:
     extra_args: str
     extra_env: Mapping[str, str]
     shutdown: ShutdownBudget
+    probe_port: int = 8090  # the launcher's own probe server
     check_flags: bool = True  # against the engine's flag catalogue (roles/flags.py)
 
     @property
@@ -81,8 +83,19 @@ class BuildContext:
         files: list[FileSpec] | None = None,
         notes: list[str] | None = None,
         model_path: str | None = None,
+        leader_port: int | None = None,
+        progress: str | None = None,
     ) -> Plan:
+        """leader_port: the leader's API port, which workers watch; progress: the engine's log parser."""
         files = files or []
+        for process in processes:
+            for port in process.ports:
+                if port.number == self.probe_port:
+                    raise ConfigError.one(
+                        "LLMD_PROBE_PORT",
+                        f"{port.number} is also {process.name}'s {port.name} port",
+                        "set LLMD_PROBE_PORT to a port no process of the pod uses (default 8090)",
+                    )
         # List only the placeholders this plan really contains (a master uses no POD_IP).
         text = [*(t for p in processes for t in (*p.argv, *p.env.values())), *(f.content for f in files)]
         used = tuple(v for v in self.pod.placeholders if any(f"$({v})" in t for t in text))
@@ -95,6 +108,7 @@ class BuildContext:
             notes=(*self.pod.notes, *(notes or ())),
             placeholders=used,
             model_path=model_path,
+            probes=build_probes(self.role, processes, self.probe_port, leader_port, progress),
         )
 
 

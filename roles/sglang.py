@@ -60,4 +60,4 @@ def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
         ports=tuple(ports),
         health=HttpCheck(pool.port, "/health") if leader else None,
     )
-    return ctx.plan([engine], notes=notes, model_path=model.path)
+    return ctx.plan([engine], notes=notes, model_path=model.path, leader_port=pool.port, progress="sglang")

@@ -113,7 +113,7 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
         )
     if pool.disagg_sidecar and serves:
         processes.append(_disagg_sidecar(pool, ctx))
-    return ctx.plan(processes, files, notes, model_path=model.path)
+    return ctx.plan(processes, files, notes, model_path=model.path, leader_port=pool.port, progress="vllm")
 
 
 def _topology_args(pool: VllmPool, ctx: BuildContext) -> list[Arg]:

@@ -13,7 +13,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+import httpx
 import psutil
 
 STANDINS = Path(__file__).resolve().parent / "standins"
@@ -44,6 +46,7 @@ class LauncherPod:
     env: dict[str, str]
     port: int = 0  # the engine's HTTP port
     ports: dict[str, int] = field(default_factory=dict)  # other ports the test chose, by name
+    probe_port: int = field(default_factory=lambda: free_port())  # the launcher's probe server
     argv: list[str] = field(default_factory=lambda: ["run"])
     tag: str = field(default_factory=lambda: uuid.uuid4().hex)
     proc: subprocess.Popen[str] | None = None
@@ -58,6 +61,8 @@ class LauncherPod:
             "LLMD_TERMINATION_LOG": str(self.termination_log),
             "LLMD_RUNTIME_DIR": str(self.workdir / "run"),
             "LLMD_LOG_FORMAT": "text",
+            "LLMD_PROBE_HOST": "127.0.0.1",
+            "LLMD_PROBE_PORT": str(self.probe_port),
             RUN_TAG: self.tag,
             **self.env,
         }
@@ -97,6 +102,29 @@ class LauncherPod:
                 )
             time.sleep(0.05)
         raise AssertionError(f"{text!r} not seen within {timeout} s:\n{self.output()}")
+
+    def probe(self, endpoint: str, timeout: float = 2.0) -> tuple[int | None, dict[str, Any]]:
+        """GET the launcher's /livez, /readyz or /startupz: (status, JSON body); (None, {}) when
+        nothing answers."""
+        try:
+            reply = httpx.get(f"http://127.0.0.1:{self.probe_port}/{endpoint}", timeout=timeout)
+        except httpx.HTTPError:
+            return None, {}
+        body = reply.json() if reply.headers.get("content-type", "").startswith("application/json") else {}
+        return reply.status_code, body
+
+    def wait_probe(self, endpoint: str, status: int, timeout: float = 20.0) -> dict[str, Any]:
+        """Poll a probe until it answers `status`; its body then."""
+        deadline = time.monotonic() + timeout
+        seen: tuple[int | None, dict[str, Any]] = (None, {})
+        while time.monotonic() < deadline:
+            seen = self.probe(endpoint)
+            if seen[0] == status:
+                return seen[1]
+            time.sleep(0.05)
+        raise AssertionError(
+            f"/{endpoint} never answered {status} in {timeout} s; last {seen}:\n{self.output()}"
+        )
 
     def children(self) -> dict[str, psutil.Process]:
         """The launcher's direct children by process name as the plan names them (argv heuristics)."""

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
+import psutil
 import pytest
 
 from tests.pods import STANDINS, LauncherPod, free_port
@@ -16,6 +17,14 @@ from tests.pods import STANDINS, LauncherPod, free_port
 
 @pytest.fixture
 def decode_pod(tmp_path: Path) -> Iterator[LauncherPod]:
+    pod = _decode_pod(tmp_path, {"STANDIN_SIDECAR": f"crash-first=1@{tmp_path / 'sidecar-starts'}"})
+    try:
+        yield pod.start()
+    finally:
+        pod.kill_everything()
+
+
+def _decode_pod(tmp_path: Path, env: dict[str, str]) -> LauncherPod:
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
@@ -29,18 +38,14 @@ def decode_pod(tmp_path: Path) -> Iterator[LauncherPod]:
         f"    port: {engine}\n    supervisor_port: {supervisor}\n"
         f"    disagg_sidecar: {{port: {sidecar}, kv_connector: nixlv2, args: {{secure-proxy: false}}}}\n"
     )
-    env = {
+    base = {
         "LLMD_RECIPE_FILE": str(recipe),
         "POD_IP": "127.0.0.1",
         "LLMD_BIN_PATH": str(STANDINS),
         "LLMD_RESTART_BACKOFF_SECONDS": "0.05",
-        "STANDIN_SIDECAR": f"crash-first=1@{tmp_path / 'sidecar-starts'}",
     }
-    pod = LauncherPod(tmp_path, env, port=engine, ports={"sidecar": sidecar, "supervisor": supervisor})
-    try:
-        yield pod.start()
-    finally:
-        pod.kill_everything()
+    ports = {"sidecar": sidecar, "supervisor": supervisor}
+    return LauncherPod(tmp_path, {**base, **env}, port=engine, ports=ports)
 
 
 def test_sidecar_ports_front_the_dp_ranks_and_everything_stops(decode_pod: LauncherPod) -> None:
@@ -59,3 +64,28 @@ def test_sidecar_ports_front_the_dp_ranks_and_everything_stops(decode_pod: Launc
     pod.signal(signal.SIGTERM)
     assert pod.finish() == 0, pod.output()
     assert pod.leftovers() == []
+
+
+def test_sidecar_down_makes_the_pod_not_ready_naming_the_sidecar(tmp_path: Path) -> None:
+    """The disagg sidecar dies (SIGKILL): /readyz turns 503 naming it while the launcher waits to
+    restart it; the pod stays live (a sidecar is restarted, not fatal); ready again once it is back."""
+    env = {"LLMD_RESTART_BACKOFF_SECONDS": "3", "LLMD_CHECK_INTERVAL": "0.1"}
+    pod = _decode_pod(tmp_path, env).start()
+    try:
+        ready = pod.wait_probe("readyz", 200)
+        assert set(ready["checks"]) == {"engine", "disagg-sidecar"}
+        assert f"GET :{pod.ports['supervisor']}/readyz: 200" in ready["checks"]["engine"]["detail"]
+        children = psutil.Process(pod.pid).children()
+        sidecar = next(p for p in children if p.cmdline()[1].endswith("llm-d-router-disagg-sidecar"))
+        sidecar.kill()
+        body = pod.wait_probe("readyz", 503, timeout=2)
+        assert list(body["failing"]) == ["disagg-sidecar"]
+        assert "not running" in body["failing"]["disagg-sidecar"]
+        assert body["checks"]["engine"]["ok"] is True
+        assert pod.probe("livez")[0] == 200
+        pod.wait_probe("readyz", 200, timeout=10)  # restarted after its 3 s backoff
+        pod.signal(signal.SIGTERM)
+        assert pod.finish() == 0, pod.output()
+        assert pod.leftovers() == []
+    finally:
+        pod.kill_everything()

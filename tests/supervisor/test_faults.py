@@ -180,7 +180,7 @@ def test_sigterm_during_preflight_exits_0_with_nothing_started(make_pod: MakePod
 
 def test_sigterm_during_engine_startup(make_pod: MakePod) -> None:
     pod = make_pod({"STANDIN_ENGINE": "slow-start=30"}).start()
-    pod.wait_for("engine | stand-in loading weights")
+    pod.wait_for("engine | INFO stand-in Starting to load model")
     pod.signal(signal.SIGTERM)
     code = pod.finish(timeout=10)
     assert_clean_exit(pod, code, 0)  # the engine drained (nothing in flight) and exited 0

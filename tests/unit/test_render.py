@@ -109,7 +109,17 @@ def test_secrets_are_redacted_in_every_format(run_cli: Any, fmt: str) -> None:
 def test_json_schema_is_stable(plan_json: Any) -> None:
     plan = plan_json(env=DECODE)
     assert plan["schema"] == "llm-d-launcher/plan/v1"
-    assert list(plan) == ["schema", "recipe", "role", "pod", "placeholders", "notes", "files", "processes"]
+    assert list(plan) == [
+        "schema",
+        "recipe",
+        "role",
+        "pod",
+        "placeholders",
+        "notes",
+        "files",
+        "processes",
+        "probes",
+    ]
     assert list(plan["role"]) == [
         "name",
         "pool",
@@ -232,8 +242,11 @@ def test_readme_json_schema_matches_plan_to_dict(plan_json: Any) -> None:
     block = readme.split("## Plan JSON (`--format json`)", 1)[1].split("```")[1]
     documented = set(re.findall(r'"(\w+)":', block))
     plan = plan_json(env=DECODE)
+    worker = plan_json("--pool", "prefill", "--group-size", "2", env=DECODE)["probes"]["ready"][1]
+    probes = plan["probes"]
     actual = {
         *plan, *plan["role"], *plan["role"]["dp_ranks"], *plan["pod"], *plan["files"][0],
         *plan["processes"][0], *plan["processes"][0]["ports"][0], *plan["processes"][0]["health"],
+        *probes, *probes["ready"][0], *probes["ready"][0]["http"], *worker, *worker["tcp"],
     }  # fmt: skip
     assert documented == actual

@@ -180,6 +180,7 @@ def test_unknown_placeholder_refuses_to_run(tmp_path: Path, monkeypatch: pytest.
     """`run` never starts a plan with a $(POD_IP) left in it."""
     import asyncio
 
+    from healthchecks.state import PodHealth
     from launcher.recipe import RecipeSource, load_recipe
     from launcher.run import _prepare
     from launcher.settings import load_settings
@@ -190,5 +191,6 @@ def test_unknown_placeholder_refuses_to_run(tmp_path: Path, monkeypatch: pytest.
     recipe = load_recipe(RecipeSource("vllm-single-pod", None))
     plan = build_plan(settings, recipe)
     with pytest.raises(ConfigError) as err:
-        asyncio.run(_prepare(settings, recipe, plan, None, ["x"]))
+        assert plan.probes is not None
+        asyncio.run(_prepare(settings, recipe, plan, None, ["x"], PodHealth(plan.probes)))
     assert str(err.value).startswith("POD_IP: is not set but the plan needs it")

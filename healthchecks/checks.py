@@ -1,0 +1,89 @@
+"""The background checks: each runs on its own cadence with a timeout and writes its latest result
+into PodHealth, so a probe never waits on a slow engine. Transitions are logged once each."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from typing import Any
+
+from healthchecks.state import CheckResult, PodHealth
+from launcher.plan import Check, HttpCheck, TcpCheck
+
+STARTUP_INTERVAL = 1.0  # seconds: while loading, notice the first answer soon
+
+
+class CheckRunner:
+    def __init__(self, health: PodHealth, interval: float, timeout: float, log: Any) -> None:
+        self.health, self.interval, self.timeout, self.log = health, interval, timeout, log
+        self._last_ok: dict[str, bool] = {}
+
+    async def run(self) -> None:
+        """Until cancelled."""
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(total=self.timeout)
+        connector = aiohttp.TCPConnector(force_close=True)  # a fresh connection, as the kubelet makes
+        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+            await asyncio.gather(*(self._loop(session, check) for check in self.health.checks))
+
+    async def _loop(self, session: Any, check: Check) -> None:
+        while True:
+            await self.run_once(session, check)
+            started = self.health.started_at is not None
+            await asyncio.sleep(self.interval if started else min(self.interval, STARTUP_INTERVAL))
+
+    async def run_once(self, session: Any, check: Check) -> CheckResult:
+        began = time.monotonic()
+        state = self.health.process(check.process)
+        pid = state.pid if state is not None and state.running else None
+        if pid is None:
+            ok, detail = False, f"{check.process} is not running"
+        elif check.request is None:
+            ok, detail = True, f"{check.process} is running (pid {pid})"
+        else:
+            ok, detail = await self._request(session, check.request)
+        result = CheckResult(ok, detail, self.health.clock(), time.monotonic() - began, pid)
+        self.health.record(check, result)
+        if self._last_ok.get(check.name) != ok and pid is not None:
+            self._last_ok[check.name] = ok
+            (self.log.info if ok else self.log.warning)(
+                "check passes" if ok else "check fails", check=check.name, detail=detail
+            )
+        return result
+
+    async def _request(self, session: Any, request: HttpCheck | TcpCheck) -> tuple[bool, str]:
+        import aiohttp
+
+        if isinstance(request, TcpCheck):
+            what = f"connect {request.host}:{request.port}"
+            try:
+                _, writer = await asyncio.wait_for(
+                    asyncio.open_connection(request.host, request.port), timeout=self.timeout
+                )
+            except asyncio.TimeoutError:
+                return False, f"{what}: no answer within {self.timeout:g} s"
+            except OSError as exc:
+                return False, f"{what}: {_os_reason(exc)}"
+            writer.close()
+            with contextlib.suppress(OSError):
+                await writer.wait_closed()
+            return True, f"{what}: reachable"
+        what = f"GET :{request.port}{request.path}"
+        try:
+            async with session.get(f"http://127.0.0.1:{request.port}{request.path}") as reply:
+                status = reply.status
+        except asyncio.TimeoutError:
+            return False, f"{what}: no answer within {self.timeout:g} s"
+        except aiohttp.ClientConnectorError as exc:
+            return False, f"{what}: {_os_reason(exc.os_error)}"
+        except aiohttp.ClientError as exc:
+            return False, f"{what}: {type(exc).__name__}: {exc}"
+        return status == 200, f"{what}: {status}"
+
+
+def _os_reason(exc: OSError) -> str:
+    """'Connection refused', not asyncio's "Connect call failed ('127.0.0.1', 8000)"."""
+    return os.strerror(exc.errno) if exc.errno else str(exc)

@@ -1,0 +1,95 @@
+"""/metrics: the launcher's view of the pod, read from PodHealth and the supervisor at scrape time
+(so it can never disagree with the probes), plus the probe latency histogram."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from healthchecks.progress import PHASES
+from healthchecks.state import PodHealth
+from launcher.supervisor import exit_code_of
+
+PREFIX = "llmd_launcher_"
+PROBE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class PodCollector(Collector):
+    def __init__(self, health: PodHealth) -> None:
+        self.health = health
+
+    def collect(self) -> Iterator[Metric]:
+        health = self.health
+        yield from self._processes()
+        live, _ = health.liveness()
+        ready, _ = health.readiness()
+        yield _gauge("live", "1 while no critical process has died", live)
+        yield _gauge("ready", "1 while every readiness check passes and no stop has begun", ready)
+        checks = GaugeMetricFamily(PREFIX + "check_up", "1 while the check passes", labels=["check"])
+        seconds = GaugeMetricFamily(
+            PREFIX + "check_duration_seconds", "how long the check's latest run took", labels=["check"]
+        )
+        for check in health.checks:
+            checks.add_metric([check.name], float(health.passing(check)[0]))
+            if (result := health.results.get(check.name)) is not None:
+                seconds.add_metric([check.name], result.seconds)
+        yield checks
+        yield seconds
+        phase = GaugeMetricFamily(PREFIX + "startup_phase", "1 for the pod's current phase", labels=["phase"])
+        current = health.phase
+        for name in PHASES:
+            phase.add_metric([name], float(name == current))
+        yield phase
+        yield _gauge(
+            "startup_duration_seconds",
+            "seconds from launch until start-up ended (so far, while it has not)",
+            health.startup_seconds,
+        )
+        ratio = health.progress.weight_ratio
+        if ratio is not None:
+            yield _gauge("weight_load_progress_ratio", "weight shards loaded over shards to load", ratio)
+
+    def _processes(self) -> Iterator[Metric]:
+        up = GaugeMetricFamily(PREFIX + "process_up", "1 while the process runs", labels=["process"])
+        restarts = CounterMetricFamily(
+            PREFIX + "process_restarts", "restarts of a sidecar by the launcher", labels=["process"]
+        )
+        last = GaugeMetricFamily(
+            PREFIX + "process_last_exit_code",
+            "exit code of the process's last exit (128+N: killed by signal N)",
+            labels=["process"],
+        )
+        for name in (p.name for p in self._plan_processes()):
+            state = self.health.process(name)
+            up.add_metric([name], float(state is not None and state.running))
+            restarts.add_metric([name], float(state.restarts if state is not None else 0))
+            if state is not None and state.last_exit is not None:
+                last.add_metric([name], float(exit_code_of(state.last_exit)))
+        yield up
+        yield restarts
+        yield last
+
+    def _plan_processes(self) -> list[Any]:
+        supervisor = self.health.supervisor
+        return [s.spec for s in supervisor.processes] if supervisor is not None else []
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(PREFIX + name, doc, value=float(value))
+
+
+def build_registry(health: PodHealth) -> tuple[CollectorRegistry, Histogram]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(PodCollector(health))
+    probes = Histogram(
+        PREFIX + "probe_duration_seconds",
+        "time to answer a probe, inside the launcher",
+        ["endpoint"],
+        buckets=PROBE_BUCKETS,
+        registry=registry,
+    )
+    return registry, probes

@@ -1,0 +1,58 @@
+"""`llm-d-launcher probe live|ready|startup`: an exec probe that asks the launcher's probe server.
+
+Kept to the standard library (http.client): the kubelet forks this every period on every pod, so it
+must start in tens of milliseconds, not import the launcher's settings stack.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import sys
+
+ENDPOINTS = {"live": "/livez", "ready": "/readyz", "startup": "/startupz"}
+
+
+def probe(which: str, port: int | None = None, host: str = "127.0.0.1", timeout: float = 2.0) -> int:
+    """0 when the probe server answers 200, 1 otherwise; one line saying why on stdout (the kubelet
+    records it in the pod's events)."""
+    if port is None:
+        port = _port_from_env()
+        if port is None:
+            return 2
+    path = ENDPOINTS[which]
+    connection = http.client.HTTPConnection(host, port, timeout=timeout)
+    try:
+        connection.request("GET", path)
+        reply = connection.getresponse()
+        status, body = reply.status, reply.read(4096)
+    except (OSError, http.client.HTTPException) as exc:
+        print(f"{which}: no answer from the launcher on {host}:{port}{path}: {exc}", flush=True)
+        return 1
+    finally:
+        connection.close()
+    print(f"{which}: {status} {_summary(body)}", flush=True)
+    return 0 if status == 200 else 1
+
+
+def _port_from_env() -> int | None:
+    raw = os.environ.get("LLMD_PROBE_PORT", "8090")
+    if raw.isdigit() and 1 <= int(raw) <= 65535:
+        return int(raw)
+    print(
+        f"llm-d-launcher: error: LLMD_PROBE_PORT={raw!r} is not a port number; "
+        "fix: give 1-65535, or pass --port",
+        file=sys.stderr,
+    )
+    return None
+
+
+def _summary(body: bytes) -> str:
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return body.decode("utf-8", "replace")[:200]
+    if isinstance(data, dict) and isinstance(data.get("failing"), dict):
+        return "; ".join(f"{k}: {v}" for k, v in data["failing"].items())[:500]
+    return json.dumps(data, separators=(",", ":"))[:500]

@@ -1,0 +1,83 @@
+"""The probe server (aiohttp, in the launcher's event loop): /livez /readyz /startupz /metrics.
+
+Every answer is computed from PodHealth in memory, so a probe costs microseconds of launcher time and
+never waits on the engine. It starts before preflight (a pod waiting for its leader is alive, and its
+/startupz says what it waits for) and stops only after the supervisor has finished.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from healthchecks.metrics import build_registry
+from healthchecks.state import Answer, PodHealth
+from launcher.errors import ConfigError
+
+JSON = "application/json"
+
+
+class ProbeServer:
+    def __init__(self, health: PodHealth, host: str, port: int) -> None:
+        self.health, self.host, self.port = health, host, port
+        self.registry, self._latency = build_registry(health)
+        app = web.Application()
+        app.router.add_get("/livez", self._probe("livez", health.liveness))
+        app.router.add_get("/readyz", self._probe("readyz", health.readiness))
+        app.router.add_get("/startupz", self._probe("startupz", health.startup))
+        app.router.add_get("/metrics", self._metrics)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+
+    async def start(self) -> None:
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host or None, self.port, reuse_address=True)
+        try:
+            await site.start()
+        except OSError as exc:
+            await self._runner.cleanup()
+            from launcher.preflight import listener_of
+
+            where = f"{self.host or '*'}:{self.port}"
+            reason = os.strerror(exc.errno) if exc.errno else str(exc)
+            if exc.errno == errno.EADDRINUSE:
+                reason += f", held by {listener_of(self.port)}"
+            raise ConfigError.one(
+                "LLMD_PROBE_PORT",
+                f"the probe server cannot listen on {where}: {reason}",
+                "set LLMD_PROBE_PORT to a port no process of the pod uses (and point the probes at it)",
+            ) from None
+
+    async def stop(self) -> None:
+        await self._runner.cleanup()
+
+    def _probe(
+        self, endpoint: str, answer: Callable[[], Answer]
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        latency = self._latency.labels(endpoint)
+
+        async def handle(_: web.Request) -> web.Response:
+            began = time.perf_counter()
+            ok, body = answer()
+            response = web.Response(
+                body=json.dumps(body, separators=(",", ":")).encode(),
+                status=200 if ok else 503,
+                content_type=JSON,
+            )
+            latency.observe(time.perf_counter() - began)
+            return response
+
+        return handle
+
+    async def _metrics(self, _: web.Request) -> web.Response:
+        from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+        began = time.perf_counter()
+        body: Any = generate_latest(self.registry)
+        self._latency.labels("metrics").observe(time.perf_counter() - began)
+        return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

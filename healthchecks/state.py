@@ -1,0 +1,147 @@
+"""PodHealth: what the probes answer from. Background checks write results into it; the supervisor's
+process table is read directly, so a dead engine or the start of a stop shows in the very next probe,
+without waiting for a check to run. Answering never does I/O.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from healthchecks.progress import PREFLIGHT, STARTED, STARTING, STOPPING, StartupProgress
+from launcher.plan import Check, Probes
+
+if TYPE_CHECKING:
+    from launcher.supervisor import ProcessState, Supervisor
+
+Answer = tuple[bool, dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    ok: bool
+    detail: str
+    at: float  # monotonic time the check finished
+    seconds: float  # how long it took
+    pid: int | None = None  # the process it was about: a result outlives no restart
+
+
+class PodHealth:
+    def __init__(self, probes: Probes, clock: Callable[[], float] = time.monotonic) -> None:
+        self.probes = probes
+        self.clock = clock
+        self.launched_at = clock()
+        self._phase = PREFLIGHT
+        self.phase_at = self.launched_at
+        self.started_at: float | None = None
+        self.results: dict[str, CheckResult] = {}
+        self.progress = StartupProgress(probes.progress)
+        self.supervisor: Supervisor | None = None
+
+    # ------------------------------------------------------------------ written by the launcher
+    def use_plan(self, probes: Probes) -> None:
+        """The final plan (leader resolved) may name a different leader IP than the first one."""
+        self.probes = probes
+
+    def attach(self, supervisor: Supervisor) -> None:
+        self.supervisor = supervisor
+        self.set_phase(STARTING)
+
+    def set_phase(self, phase: str) -> None:
+        if phase != self._phase and self._phase not in (STARTED, STOPPING):
+            self._phase, self.phase_at = phase, self.clock()
+
+    def on_line(self, process: str, line: str) -> None:
+        """Engine output, until start-up ends: it is the only place a loading engine says how far it is."""
+        if self.started_at is not None or process != self.probes.started.process:
+            return
+        if self.progress.feed(line) and self.progress.phase:
+            self.set_phase(self.progress.phase)
+
+    def record(self, check: Check, result: CheckResult) -> None:
+        self.results[check.name] = result
+        if result.ok and self.started_at is None and check == self.probes.started:
+            self.started_at = result.at
+            self.set_phase(STARTED)
+
+    # ------------------------------------------------------------------ read by the probes
+    @property
+    def phase(self) -> str:
+        if self.supervisor is not None and self.supervisor.stopping:
+            return STOPPING
+        return self._phase
+
+    @property
+    def checks(self) -> tuple[Check, ...]:
+        """Every check the probes need, once each."""
+        unique = {c.name: c for c in (*self.probes.ready, self.probes.started)}
+        return tuple(unique.values())
+
+    def process(self, name: str) -> ProcessState | None:
+        return None if self.supervisor is None else self.supervisor.process(name)
+
+    def passing(self, check: Check) -> tuple[bool, str]:
+        state = self.process(check.process)
+        if state is None or state.pid is None:
+            return False, f"{check.process} has not started"
+        if not state.running:
+            return False, f"{check.process} is not running (last exit {state.last_exit})"
+        if check.request is None:
+            return True, f"{check.process} is running (pid {state.pid})"
+        result = self.results.get(check.name)
+        if result is None or result.pid != state.pid:
+            return False, "not checked yet"
+        return result.ok, result.detail
+
+    def liveness(self) -> Answer:
+        supervisor = self.supervisor
+        if supervisor is None:
+            return True, {"live": True, "phase": self.phase}
+        if supervisor.failure:
+            return False, {"live": False, "reason": supervisor.failure}
+        if not supervisor.stop_requested:
+            for state in supervisor.processes:
+                # Reaped, but the supervisor's loop may not have handled the exit yet.
+                if state.spec.critical and state.pid is not None and not state.running:
+                    return False, {"live": False, "reason": f"{state.name} exited ({state.last_exit})"}
+        return True, {"live": True, "phase": self.phase}
+
+    def readiness(self) -> Answer:
+        phase = self.phase
+        if phase == STOPPING:
+            return False, {"ready": False, "phase": phase, "failing": {"pod": "shutting down"}}
+        checks = {c.name: self.passing(c) for c in self.probes.ready}
+        failing = {name: detail for name, (ok, detail) in checks.items() if not ok}
+        if self.started_at is None and "start-up" not in failing:
+            failing["start-up"] = f"not started ({phase})"
+        body: dict[str, Any] = {"ready": not failing, "phase": phase}
+        if failing:
+            body["failing"] = failing
+        body["checks"] = {name: {"ok": ok, "detail": detail} for name, (ok, detail) in checks.items()}
+        return not failing, body
+
+    def startup(self) -> Answer:
+        now = self.clock()
+        if self.started_at is not None:
+            return True, {
+                "started": True,
+                "phase": self.phase,
+                "startup_seconds": round(self.started_at - self.launched_at, 3),
+            }
+        _, detail = self.passing(self.probes.started)
+        body: dict[str, Any] = {
+            "started": False,
+            "phase": self.phase,
+            "seconds": round(now - self.launched_at, 1),
+            "phase_seconds": round(now - self.phase_at, 1),
+            "waiting_for": f"{self.probes.started.name}: {detail}",
+            **self.progress.as_dict(),
+        }
+        return False, body
+
+    @property
+    def startup_seconds(self) -> float:
+        end = self.started_at if self.started_at is not None else self.clock()
+        return end - self.launched_at
