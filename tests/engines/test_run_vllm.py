@@ -5,11 +5,13 @@ from __future__ import annotations
 import os
 import signal
 import time
+from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 
+from tests.engines.conftest import tiny_vllm_pod, watch_until_ready
 from tests.pods import LauncherPod
 
 pytestmark = pytest.mark.engines
@@ -30,13 +32,41 @@ def test_completion_through_the_launched_engine(vllm_pod: LauncherPod) -> None:
     assert "'--shutdown-timeout', '17'" in started
 
 
+def test_probes_name_the_start_up_phase_then_pass(vllm_pod: LauncherPod) -> None:
+    """What the kubelet saw while the real engine started: 503s naming the phase (with vLLM's own
+    weight-loading progress), then 200 once the engine answered."""
+    startup = [(status, body) for endpoint, status, body in vllm_pod.seen if endpoint == "startupz"]
+    ready = [(status, body) for endpoint, status, body in vllm_pod.seen if endpoint == "readyz"]
+    phases = [body["phase"] for status, body in startup if status == 503]
+    print("start-up phases seen:", list(dict.fromkeys(phases)))
+    assert "loading weights" in phases or "initializing engine" in phases, phases
+    assert "starting API server" in phases or "initializing engine" in phases, phases
+    assert phases[-1] != "preflight"
+    assert any(body.get("weights_loaded_ratio") == 1.0 for _, body in startup), startup[-3:]
+    answered = [(status, body) for status, body in ready if status is not None]
+    assert all(status == 503 for status, _ in answered[:-1]) and "start-up" in answered[0][1]["failing"]
+    assert ready[-1] == (200, ready[-1][1]) and ready[-1][1]["ready"] is True
+    assert set(ready[-1][1]["checks"]) == {"engine", "render"}
+    status, body = vllm_pod.probe("startupz")
+    assert status == 200 and body["started"] is True and body["startup_seconds"] > 5
+    assert vllm_pod.probe("livez")[0] == 200
+
+
 @pytest.mark.stops_shared_vllm
 def test_sigterm_stops_the_whole_tree_with_exit_0(vllm_pod: LauncherPod) -> None:
     tree = psutil.Process(vllm_pod.pid).children(recursive=True)
     names = {" ".join(p.cmdline()[:3]) for p in tree}
     assert len(tree) >= 3, names  # API server, engine core, render sidecar at least
+    assert vllm_pod.probe("readyz")[0] == 200
     started = time.monotonic()
     os.kill(vllm_pod.pid, signal.SIGTERM)
+    # Not ready from the first moment of the stop, while vLLM is still draining.
+    assert vllm_pod.wait_probe("readyz", 503, timeout=1) == {
+        "ready": False,
+        "phase": "stopping",
+        "failing": {"pod": "shutting down"},
+    }
+    assert vllm_pod.proc is not None and vllm_pod.proc.poll() is None
     code = vllm_pod.finish(timeout=60)
     took = time.monotonic() - started
     assert code == 0, vllm_pod.output()[-3000:]
@@ -44,3 +74,23 @@ def test_sigterm_stops_the_whole_tree_with_exit_0(vllm_pod: LauncherPod) -> None
     assert vllm_pod.leftovers() == []
     assert "exiting code=0 reason='stopped by SIGTERM'" in vllm_pod.stderr
     print(f"SIGTERM to exit 0 of {len(tree)} processes: {took:.1f} s")
+
+
+@pytest.mark.stops_shared_vllm
+def test_killed_engine_fails_liveness_before_the_launcher_exits(tiny_model: Path, tmp_path: Path) -> None:
+    """A second real engine (the shared one has stopped: one engine at a time here). SIGKILL its API
+    server: /livez and /readyz answer 503 while the launcher is still stopping what is left."""
+    pod = tiny_vllm_pod(tmp_path, tiny_model).start()
+    try:
+        watch_until_ready(pod, timeout=300)
+        api_server = next(p for p in psutil.Process(pod.pid).children() if "serve" in p.cmdline())
+        api_server.kill()
+        live = pod.wait_probe("livez", 503, timeout=2)  # an answer at all: the launcher still runs
+        assert live == {"live": False, "reason": "engine was killed by SIGKILL"}
+        status, ready = pod.probe("readyz")
+        assert status == 503 and ready["phase"] == "stopping"
+        assert pod.finish(timeout=60) == 137
+        assert pod.leftovers() == []
+        assert pod.termination_log.read_text().startswith("engine was killed by SIGKILL")
+    finally:
+        pod.kill_everything()
