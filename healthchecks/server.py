@@ -36,7 +36,9 @@ class ProbeServer:
 
     async def start(self) -> None:
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host or None, self.port, reuse_address=True)
+        # A deep accept queue: the kubelet and scrapers may connect at once; a full queue drops SYNs
+        # and costs the client a 1 s retransmit.
+        site = web.TCPSite(self._runner, self.host or None, self.port, reuse_address=True, backlog=1024)
         try:
             await site.start()
         except OSError as exc:

