@@ -89,6 +89,7 @@ async def _run(
 ) -> Outcome:
     import asyncio
     import contextlib
+    import gc
     import signal
 
     from healthchecks.checks import CheckRunner
@@ -136,6 +137,10 @@ async def _run(
             sidecar_restart_window=settings.sidecar_restart_window,
             restart_backoff=settings.restart_backoff_seconds,
         )
+        # Everything allocated so far lives until exit: keep it out of the garbage collector's scans,
+        # which would otherwise pause probes and log pass-through for the pod's whole life.
+        gc.collect()
+        gc.freeze()
         supervisor = Supervisor(plan, config, events, output, log, on_line=health.on_line)
         health.attach(supervisor)
         checks = asyncio.create_task(
