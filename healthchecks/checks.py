@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from healthchecks.state import CheckResult, PodHealth
-from launcher.plan import Check, HttpCheck, TcpCheck
+from launcher.plan import Check, EventsFlowing, HttpCheck, TcpCheck
 
 STARTUP_INTERVAL = 1.0  # seconds: while loading, notice the first answer soon
 
@@ -27,7 +27,9 @@ class CheckRunner:
         timeout = aiohttp.ClientTimeout(total=self.timeout)
         connector = aiohttp.TCPConnector(force_close=True)  # a fresh connection, as the kubelet makes
         async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-            await asyncio.gather(*(self._loop(session, check) for check in self.health.checks))
+            # KV-event flow is read from the watcher when a probe asks; nothing to fetch for it.
+            fetched = [c for c in self.health.checks if not isinstance(c.request, EventsFlowing)]
+            await asyncio.gather(*(self._loop(session, check) for check in fetched))
 
     async def _loop(self, session: Any, check: Check) -> None:
         while True:
@@ -54,9 +56,11 @@ class CheckRunner:
             )
         return result
 
-    async def _request(self, session: Any, request: HttpCheck | TcpCheck) -> tuple[bool, str]:
+    async def _request(self, session: Any, request: HttpCheck | TcpCheck | EventsFlowing) -> tuple[bool, str]:
         import aiohttp
 
+        if isinstance(request, EventsFlowing):
+            return self.health.passing(Check("kv-events", "", request))
         if isinstance(request, TcpCheck):
             what = f"connect {request.host}:{request.port}"
             try:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -12,6 +13,7 @@ from prometheus_client.registry import Collector
 
 from healthchecks.progress import PHASES
 from healthchecks.state import PodHealth
+from launcher.kvevents import EVENT_TYPES, WatcherState
 from launcher.supervisor import exit_code_of
 
 PREFIX = "llmd_launcher_"
@@ -52,6 +54,8 @@ class PodCollector(Collector):
         ratio = health.progress.weight_ratio
         if ratio is not None:
             yield _gauge("weight_load_progress_ratio", "weight shards loaded over shards to load", ratio)
+        if health.kv_events is not None:
+            yield from _kv_events(health.kv_events.state)
 
     def _processes(self) -> Iterator[Metric]:
         up = GaugeMetricFamily(PREFIX + "process_up", "1 while the process runs", labels=["process"])
@@ -76,6 +80,48 @@ class PodCollector(Collector):
     def _plan_processes(self) -> list[Any]:
         supervisor = self.health.supervisor
         return [s.spec for s in supervisor.processes] if supervisor is not None else []
+
+
+def _kv_events(state: WatcherState) -> Iterator[Metric]:
+    rank = ["rank"]
+    events = CounterMetricFamily(PREFIX + "kv_events", "KV-cache events received", labels=["rank", "type"])
+    counters = {
+        name: CounterMetricFamily(PREFIX + f"kv_event_{name}", doc, labels=rank)
+        for name, doc in (
+            ("batches", "KV-event batches received (replayed ones included)"),
+            ("gaps", "sequence gaps seen"),
+            ("batches_missed", "batches found missing from the sequence"),
+            ("batches_recovered", "missing batches the replay endpoint delivered"),
+            ("batches_lost", "missing batches never delivered"),
+            ("publisher_resets", "times the publisher's sequence restarted from 0"),
+        )
+    }
+    since = GaugeMetricFamily(
+        PREFIX + "kv_event_seconds_since_last_batch", "age of the latest batch", labels=rank
+    )
+    silent = GaugeMetricFamily(
+        PREFIX + "kv_event_silent", "1 while no batch came although requests were served", labels=rank
+    )
+    now = time.monotonic()
+    for number, stats in state.ranks.items():
+        label = [str(number)]
+        for kind in EVENT_TYPES:
+            events.add_metric([str(number), kind], stats.events[kind])
+        for name, value in (
+            ("batches", stats.batches), ("gaps", stats.gaps), ("batches_missed", stats.missed),
+            ("batches_recovered", stats.recovered), ("batches_lost", stats.lost),
+            ("publisher_resets", stats.resets),
+        ):  # fmt: skip
+            counters[name].add_metric(label, value)
+        if stats.last_batch_at is not None:
+            since.add_metric(label, now - stats.last_batch_at)
+        silent.add_metric(label, float(stats.silent))
+    malformed = CounterMetricFamily(
+        PREFIX + "kv_event_malformed", "messages that could not be decoded, by kind", labels=["kind"]
+    )
+    for kind, count in state.malformed.items():
+        malformed.add_metric([kind], count)
+    yield from (events, *counters.values(), since, silent, malformed)
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

@@ -32,6 +32,7 @@ class ProbeServer:
         app.router.add_get("/readyz", self._probe("readyz", health.readiness))
         app.router.add_get("/startupz", self._probe("startupz", health.startup))
         app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/kvevents", self._kv_events)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
 
     async def start(self) -> None:
@@ -75,6 +76,13 @@ class ProbeServer:
             return response
 
         return handle
+
+    async def _kv_events(self, _: web.Request) -> web.Response:
+        """What the KV-event watcher saw, per rank, and the latest BlockStored events (for people)."""
+        watcher = self.health.kv_events
+        if watcher is None:
+            return web.json_response({"watching": False}, status=404)
+        return web.json_response({"watching": True, **watcher.state.as_dict(time.monotonic())})
 
     async def _metrics(self, _: web.Request) -> web.Response:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

@@ -11,9 +11,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from healthchecks.progress import PREFLIGHT, STARTED, STARTING, STOPPING, StartupProgress
-from launcher.plan import Check, Probes
+from launcher.plan import Check, EventsFlowing, Probes
 
 if TYPE_CHECKING:
+    from launcher.kvevents import KvEventWatcher
     from launcher.supervisor import ProcessState, Supervisor
 
 Answer = tuple[bool, dict[str, Any]]
@@ -39,6 +40,7 @@ class PodHealth:
         self.results: dict[str, CheckResult] = {}
         self.progress = StartupProgress(probes.progress)
         self.supervisor: Supervisor | None = None
+        self.kv_events: KvEventWatcher | None = None  # when the plan publishes KV events
 
     # ------------------------------------------------------------------ written by the launcher
     def use_plan(self, probes: Probes) -> None:
@@ -90,6 +92,8 @@ class PodHealth:
             return False, f"{check.process} is not running (last exit {state.last_exit})"
         if check.request is None:
             return True, f"{check.process} is running (pid {state.pid})"
+        if isinstance(check.request, EventsFlowing):
+            return self.kv_events.flowing() if self.kv_events is not None else (False, "no KV-event watcher")
         result = self.results.get(check.name)
         if result is None or result.pid != state.pid:
             return False, "not checked yet"

@@ -69,13 +69,18 @@ class TcpCheck:
 
 
 @dataclass(frozen=True)
+class EventsFlowing:
+    """Passes until the engine served a request without publishing KV events (launcher/kvevents.py)."""
+
+
+@dataclass(frozen=True)
 class Check:
     """One condition the probe server watches. Its process must be running; then the request, if any,
     must pass. No request: the process running is the whole check (a headless worker's engine)."""
 
     name: str
     process: str
-    request: HttpCheck | TcpCheck | None = None
+    request: HttpCheck | TcpCheck | EventsFlowing | None = None
 
 
 @dataclass(frozen=True)
@@ -86,6 +91,23 @@ class Probes:
     ready: tuple[Check, ...]  # all pass (and no stop has begun) = ready
     started: Check  # its first pass ends start-up: the engine answered once, or the leader came up
     progress: str | None = None  # which parser reads start-up progress from the engine's output
+
+
+@dataclass(frozen=True)
+class KvEventSource:
+    """One local rank's KV-event publisher, as the launcher's watcher subscribes to it."""
+
+    rank: int  # global DP rank
+    port: int  # where it publishes on this pod (base compensated for the pod's first rank)
+    replay_port: int | None  # its replay endpoint, if configured
+    api_port: int  # the rank's API port: its /metrics says whether it serves requests
+
+
+@dataclass(frozen=True)
+class KvEventsWatch:
+    sources: tuple[KvEventSource, ...]
+    silence_seconds: float  # no batch this long while requests were served = silent
+    readiness: bool = False  # the pod is not ready while its events are silent
 
 
 @dataclass(frozen=True)
@@ -116,6 +138,7 @@ class Plan:
     placeholders: tuple[str, ...] = ()  # values only the pod knows, shown as $(VAR)
     model_path: str | None = None  # where the engine loads weights from: a directory or a hub id
     probes: Probes | None = None  # set by roles.build_plan for every pod
+    kv_events: KvEventsWatch | None = None  # the publishers the launcher watches
 
     @property
     def engine(self) -> ProcessSpec:

@@ -32,6 +32,7 @@ from launcher.redact import is_secret_flag
 
 Port = Annotated[int, Field(ge=1, le=65535)]
 Count = Annotated[int, Field(ge=1)]
+Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 # One engine flag: true -> --flag, false -> --no-flag, null -> omitted, mapping -> one compact JSON
 # argument, list -> the flag followed by each item, anything else -> its string form.
 ArgValue = bool | int | float | str | None | dict[str, Any] | list[Any]
@@ -105,6 +106,9 @@ class KVEventsSpec(_Data):
     replay_port: Port | None = None
     buffer_steps: Count | None = None
     hwm: Count | None = None
+    # The launcher's watcher (launcher/kvevents.py):
+    silence_seconds: Seconds = 60.0  # no batch this long while requests are served = silent
+    readiness: bool = False  # not ready while silent ("KV events flowing once a request was served")
 
 
 class NixlSpec(_Data):
@@ -181,7 +185,8 @@ class VllmPool(_EnginePool):
     layout: Literal["multinode", "data-parallel"] = Field(
         "multinode",
         description="multinode: one engine spans the group, node 0 serves, others run --headless. "
-        "data-parallel: each pod owns data_parallel_local DP ranks behind vLLM's DP supervisor.",
+        "data-parallel: each pod owns data_parallel_local DP ranks behind vLLM's DP supervisor "
+        "(supervisor_port), or, in a single pod without one, behind vLLM's own API server.",
     )
     data_parallel_local: Count | None = None
     port: Port = 8000
@@ -199,8 +204,11 @@ class VllmPool(_EnginePool):
         if self.layout == "data-parallel":
             if not self.data_parallel_local or self.data_parallel_local < 2:
                 raise ValueError("layout data-parallel needs data_parallel_local >= 2 (vLLM's DP supervisor)")
-            if self.supervisor_port is None:
-                raise ValueError("layout data-parallel needs supervisor_port")
+            if self.supervisor_port is None and self.nodes > 1:
+                raise ValueError(
+                    "layout data-parallel across pods needs supervisor_port (vLLM's DP supervisor); "
+                    "without it, one pod with one API server is the only shape"
+                )
         elif self.data_parallel_local is not None or self.supervisor_port is not None:
             raise ValueError("data_parallel_local and supervisor_port belong to layout data-parallel")
         return self

@@ -11,7 +11,17 @@ import shlex
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from launcher.plan import Check, HttpCheck, Plan, Probes, ProcessSpec, RoleKind, TcpCheck
+from launcher.plan import (
+    Check,
+    EventsFlowing,
+    HttpCheck,
+    KvEventsWatch,
+    Plan,
+    Probes,
+    ProcessSpec,
+    RoleKind,
+    TcpCheck,
+)
 from launcher.redact import REDACTED, is_secret_name, redact_argv, redact_env
 
 if TYPE_CHECKING:
@@ -55,6 +65,18 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             for p in plan.processes
         ],
         "probes": None if plan.probes is None else _probes_dict(plan.probes),
+        "kv_events": None if plan.kv_events is None else _kv_events_dict(plan.kv_events),
+    }
+
+
+def _kv_events_dict(watch: KvEventsWatch) -> dict[str, Any]:
+    return {
+        "sources": [
+            {"rank": s.rank, "port": s.port, "replay_port": s.replay_port, "api_port": s.api_port}
+            for s in watch.sources
+        ],
+        "silence_seconds": watch.silence_seconds,
+        "readiness": watch.readiness,
     }
 
 
@@ -65,6 +87,8 @@ def _check_dict(check: Check) -> dict[str, Any]:
         out["http"] = {"port": request.port, "path": request.path}
     elif isinstance(request, TcpCheck):
         out["tcp"] = {"host": request.host, "port": request.port}
+    elif isinstance(request, EventsFlowing):
+        out["kv_events"] = "flowing once a request was served"
     return out
 
 
@@ -152,6 +176,13 @@ def render_text(plan: Plan, with_notes: bool = True) -> str:
         out += ["", *_process_text(p)]
     if plan.probes is not None:
         out += ["", *_probes_text(plan.probes)]
+    if plan.kv_events is not None:
+        watch = plan.kv_events
+        ranks = ", ".join(
+            f"rank {s.rank} on :{s.port}" + (f" (replay :{s.replay_port})" if s.replay_port else "")
+            for s in watch.sources
+        )
+        out.append(f"  KV events watched: {ranks}; silent after {watch.silence_seconds:g} s without a batch")
     return "\n".join(out) + "\n"
 
 
@@ -161,6 +192,8 @@ def _check_text(check: Check) -> str:
         return f"{check.name} (GET :{request.port}{request.path} = 200)"
     if isinstance(request, TcpCheck):
         return f"{check.name} ({request.host}:{request.port} accepts connections)"
+    if isinstance(request, EventsFlowing):
+        return f"{check.name} (KV events flowing once a request was served)"
     return f"{check.name} (process running)"
 
 

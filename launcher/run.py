@@ -143,15 +143,24 @@ async def _run(
         gc.freeze()
         supervisor = Supervisor(plan, config, events, output, log, on_line=health.on_line)
         health.attach(supervisor)
-        checks = asyncio.create_task(
-            CheckRunner(health, settings.check_interval, settings.check_timeout, log).run()
-        )
+        background = [
+            asyncio.create_task(
+                CheckRunner(health, settings.check_interval, settings.check_timeout, log).run()
+            )
+        ]
+        if plan.kv_events is not None:  # subscribed before the engine binds: no early batch is missed
+            from launcher.kvevents import KvEventWatcher
+
+            health.kv_events = KvEventWatcher(plan.kv_events, log)
+            background.append(asyncio.create_task(health.kv_events.run()))
         try:
             return await supervisor.run()
         finally:
-            checks.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await checks
+            for task in background:
+                task.cancel()
+            for task in background:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
     finally:
         await server.stop()
 

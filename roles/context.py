@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from launcher.errors import ConfigError, Problem
-from launcher.plan import FileSpec, Plan, ProcessSpec, Role
+from launcher.plan import FileSpec, KvEventsWatch, Plan, ProcessSpec, Role
 from launcher.recipe import ArgValue, Recipe, RecipeSource
 from launcher.shutdown import ShutdownBudget
 from roles.args import Arg, args_from, flag_key, flatten, merge_extra, split_extra_args
@@ -85,6 +85,7 @@ class BuildContext:
         model_path: str | None = None,
         leader_port: int | None = None,
         progress: str | None = None,
+        kv_events: KvEventsWatch | None = None,
     ) -> Plan:
         """leader_port: the leader's API port, which workers watch; progress: the engine's log parser."""
         files = files or []
@@ -108,7 +109,15 @@ class BuildContext:
             notes=(*self.pod.notes, *(notes or ())),
             placeholders=used,
             model_path=model_path,
-            probes=build_probes(self.role, processes, self.probe_port, leader_port, progress),
+            probes=build_probes(
+                self.role,
+                processes,
+                self.probe_port,
+                leader_port,
+                progress,
+                kv_events is not None and kv_events.readiness,
+            ),
+            kv_events=kv_events,
         )
 
 

@@ -12,7 +12,16 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from launcher.plan import LEADER_PLACEHOLDER, Check, Probes, ProcessSpec, Role, RoleKind, TcpCheck
+from launcher.plan import (
+    LEADER_PLACEHOLDER,
+    Check,
+    EventsFlowing,
+    Probes,
+    ProcessSpec,
+    Role,
+    RoleKind,
+    TcpCheck,
+)
 
 
 def build_probes(
@@ -21,7 +30,9 @@ def build_probes(
     port: int,
     leader_port: int | None = None,
     progress: str | None = None,
+    events_flowing: bool = False,
 ) -> Probes:
+    """events_flowing: the recipe asked for "KV events flowing once a request was served" as well."""
     engine = processes[0]
     if role.kind is RoleKind.WORKER and leader_port is not None:
         leader = Check(
@@ -32,4 +43,7 @@ def build_probes(
         )
     ready = tuple(Check(p.name, p.name, p.health) for p in processes if p.health is not None)
     started = next((c for c in ready if c.process == engine.name), Check(engine.name, engine.name))
-    return Probes(port, ready=ready or (started,), started=started, progress=progress)
+    ready = ready or (started,)
+    if events_flowing:
+        ready += (Check("kv-events", engine.name, EventsFlowing()),)
+    return Probes(port, ready=ready, started=started, progress=progress)

@@ -8,7 +8,16 @@
 
 from __future__ import annotations
 
-from launcher.plan import FileSpec, HttpCheck, Plan, PortSpec, ProcessSpec, RoleKind
+from launcher.plan import (
+    FileSpec,
+    HttpCheck,
+    KvEventSource,
+    KvEventsWatch,
+    Plan,
+    PortSpec,
+    ProcessSpec,
+    RoleKind,
+)
 from launcher.recipe import VllmPool
 from roles import topology
 from roles.args import Arg, arg, args_from, flatten, to_json
@@ -113,7 +122,33 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
         )
     if pool.disagg_sidecar and serves:
         processes.append(_disagg_sidecar(pool, ctx))
-    return ctx.plan(processes, files, notes, model_path=model.path, leader_port=pool.port, progress="vllm")
+    return ctx.plan(
+        processes,
+        files,
+        notes,
+        model_path=model.path,
+        leader_port=pool.port,
+        progress="vllm",
+        kv_events=_kv_events_watch(pool, ctx) if serves else None,
+    )
+
+
+def _kv_events_watch(pool: VllmPool, ctx: BuildContext) -> KvEventsWatch | None:
+    """What the launcher subscribes to: each local rank's publisher (and replay endpoint) on this pod."""
+    spec = pool.kv_events
+    if spec is None:
+        return None
+    local = pool.local_ranks
+    ranks = ctx.role.dp_ranks or range(1)
+    ports = topology.local_rank_ports(spec.port, local)
+    replays = topology.local_rank_ports(spec.replay_port, local) if spec.replay_port else [None] * local
+    # Behind the DP supervisor each rank serves its own port; otherwise one API server serves them all.
+    apis = topology.local_rank_ports(pool.port, local) if pool.supervisor_port else [pool.port] * local
+    sources = tuple(
+        KvEventSource(rank, port, replay, api)
+        for rank, port, replay, api in zip(ranks, ports, replays, apis, strict=True)
+    )
+    return KvEventsWatch(sources, spec.silence_seconds, spec.readiness)
 
 
 def _topology_args(pool: VllmPool, ctx: BuildContext) -> list[Arg]:
@@ -139,6 +174,8 @@ def _topology_args(pool: VllmPool, ctx: BuildContext) -> list[Arg]:
     ]
     if multi:
         out += [*arg("data-parallel-address", leader), *arg("data-parallel-rpc-port", pool.dp_rpc_port)]
+    if pool.supervisor_port is None:  # one pod, one API server: vLLM balances its ranks itself
+        return out
     out += [
         *arg("data-parallel-multi-port-external-lb"),
         *arg("data-parallel-supervisor-port", pool.supervisor_port),
@@ -150,7 +187,7 @@ def _engine_ports(pool: VllmPool, ctx: BuildContext) -> list[PortSpec]:
     role = ctx.role
     local = pool.local_ranks
     ranks = role.dp_ranks or range(1)
-    if local == 1:
+    if local == 1 or pool.supervisor_port is None:  # one API server for the pod
         ports = [PortSpec(pool.port, "http")]
     else:
         http_ports = topology.local_rank_ports(pool.port, local)

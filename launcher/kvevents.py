@@ -1,0 +1,453 @@
+"""The KV-event watcher: subscribes to every local rank's publisher, the way llm-d's router does, and
+says whether the stream is whole. Precise prefix-cache routing silently degrades when a publisher
+stops or loses messages; this is where that becomes visible (metrics, /kvevents, logs, readiness).
+
+Wire format (shared/REFERENCE.md §2.10, §3.5, §5.3): three frames, `topic`, an 8-byte big-endian
+sequence number (per publisher, from 0) and a msgpack batch `[ts, events, dp_rank]`. Events are maps
+with a "type" key (vLLM 0.32/0.33, SGLang), or tagged arrays `[tag, ...]` (older vLLM). Missed
+sequence numbers are asked of the replay endpoint (a ROUTER): `[b"", seq8]` from a DEALER; it answers
+`[b"", topic, seq8, payload]` per buffered batch and ends with an empty topic and seq 0xff…ff.
+
+Decoding and sequence tracking are pure; the watcher drains each SUB socket synchronously when its
+descriptor turns readable, so one event-loop wake-up handles a whole burst.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import msgpack
+
+from launcher.plan import KvEventSource, KvEventsWatch
+
+EVENT_TYPES = ("BlockStored", "BlockRemoved", "AllBlocksCleared")
+_KNOWN_TYPES = frozenset(EVENT_TYPES)
+END_SEQ = 0xFFFFFFFFFFFFFFFF
+REPLAY_TIMEOUT = 5.0  # seconds to wait for one replay answer
+DRAIN_BATCH = 1000  # messages handled per wake-up before yielding to the loop
+RECENT = 16  # BlockStored events kept for /kvevents
+
+
+# ------------------------------------------------------------------ decoding (pure)
+@dataclass(frozen=True)
+class Event:
+    type: str
+    block_hashes: tuple[int | bytes, ...] = ()
+    token_ids: tuple[int, ...] = ()
+    block_size: int | None = None
+    medium: str | None = None
+
+
+class Batch(NamedTuple):  # a tuple: built ~100k times a second when a publisher floods
+    topic: bytes
+    seq: int
+    ts: float
+    rank: int | None
+    types: tuple[str, ...]  # each event's type, checked
+    raw_events: list[Any]  # as decoded; turned into Events only when someone looks
+
+    @property
+    def events(self) -> tuple[Event, ...]:
+        return tuple(_event(raw) for raw in self.raw_events)
+
+
+class Malformed(ValueError):
+    """One kind per way a message can be wrong; the kind is a metric label."""
+
+    def __init__(self, kind: str, detail: str) -> None:
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+
+
+# Field order of the tagged-array form (older vLLM; llm-d's consumer still accepts it).
+_ARRAY_FIELDS = {
+    "BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium"),
+    "BlockRemoved": ("block_hashes", "medium"),
+    "AllBlocksCleared": (),
+}
+
+
+def decode(frames: list[bytes]) -> Batch:
+    """Checks the shape of everything it counts; building Event objects is left for later (the watcher
+    drains ~100k batches/s, and all it needs per event is its type)."""
+    if len(frames) != 3:
+        raise Malformed("frames", f"{len(frames)} frames, expected 3 (topic, seq, payload)")
+    topic, seq_bytes, payload = frames
+    if len(seq_bytes) != 8:
+        raise Malformed("sequence", f"sequence frame of {len(seq_bytes)} bytes, expected 8")
+    try:
+        body = msgpack.unpackb(payload, raw=False, strict_map_key=False)
+    except Exception as exc:  # msgpack raises several unrelated types for garbage
+        raise Malformed("msgpack", f"payload is not msgpack ({type(exc).__name__})") from None
+    if type(body) is not list or len(body) not in (2, 3) or type(body[1]) is not list:
+        raise Malformed("batch", "payload is not [ts, events, dp_rank]")
+    ts, raw_events = body[0], body[1]
+    rank = body[2] if len(body) == 3 else None
+    if not isinstance(ts, (int, float)) or not (rank is None or isinstance(rank, int)):
+        raise Malformed("batch", "payload is not [ts, events, dp_rank]")
+    return Batch(topic, int.from_bytes(seq_bytes, "big"), float(ts), rank, _types(raw_events), raw_events)
+
+
+def _types(raw_events: list[Any]) -> tuple[str, ...]:
+    types = []
+    for raw in raw_events:
+        if type(raw) is dict:
+            kind = raw.get("type")
+            if kind != "AllBlocksCleared":
+                hashes, tokens = raw.get("block_hashes"), raw.get("token_ids")
+                if not (hashes is None or type(hashes) is list) or not (
+                    tokens is None or type(tokens) is list
+                ):
+                    raise Malformed("event", f"{kind} with block_hashes or token_ids that are not lists")
+        elif type(raw) is list and raw and type(raw[0]) is str:
+            kind = raw[0]
+        else:
+            raise Malformed("event", "an event is neither a map with 'type' nor a tagged array")
+        if kind not in _KNOWN_TYPES:
+            raise Malformed("event-type", f"unknown event type {str(kind)[:40]!r}")
+        types.append(kind)
+    return tuple(types)
+
+
+def _event(raw: Any) -> Event:
+    if type(raw) is dict:
+        kind, fields = raw["type"], raw
+    else:
+        kind = raw[0]
+        fields = dict(zip(_ARRAY_FIELDS[kind], raw[1:], strict=False))
+    size, medium = fields.get("block_size"), fields.get("medium")
+    return Event(
+        kind,
+        tuple(fields.get("block_hashes") or ()),
+        tuple(fields.get("token_ids") or ()),
+        size if isinstance(size, int) else None,
+        medium if isinstance(medium, str) else None,
+    )
+
+
+# ------------------------------------------------------------------ sequence tracking (pure)
+@dataclass(frozen=True)
+class Gap:
+    first: int  # the missing sequence numbers are first..last
+    last: int
+
+    @property
+    def size(self) -> int:
+        return self.last - self.first + 1
+
+
+class SequenceTracker:
+    """What each arriving sequence number means: next in line, a gap, a restarted publisher, or old."""
+
+    def __init__(self) -> None:
+        self.expected: int | None = None  # None: nothing seen yet
+
+    def see(self, seq: int) -> Gap | str:
+        expected = self.expected
+        if expected is None:
+            self.expected = seq + 1
+            return Gap(0, seq - 1) if seq > 0 else "ok"  # batches published before we connected
+        if seq == expected:
+            self.expected = seq + 1
+            return "ok"
+        if seq > expected:
+            self.expected = seq + 1
+            return Gap(expected, seq - 1)
+        if seq == 0:  # a new publisher (the engine restarted) counts from 0 again
+            self.expected = 1
+            return "reset"
+        return "old"  # already seen (replayed twice, or a stale duplicate)
+
+
+# ------------------------------------------------------------------ per-rank state
+@dataclass
+class RankStats:
+    source: KvEventSource
+    events: Counter[str] = field(default_factory=Counter)
+    batches: int = 0
+    gaps: int = 0
+    missed: int = 0  # batches found missing (sum of gap sizes)
+    recovered: int = 0  # of those, delivered by the replay endpoint
+    lost: int = 0  # of those, not delivered (replay off, expired or failed)
+    resets: int = 0
+    last_batch_at: float | None = None  # monotonic
+    last_seq: int | None = None
+    served_since_batch: bool = False  # the engine served a request after our latest batch
+    silent: bool = False
+    tracker: SequenceTracker = field(default_factory=SequenceTracker)
+    pending: set[int] = field(default_factory=set)  # missing seqs a replay may still deliver
+
+
+@dataclass
+class WatcherState:
+    ranks: dict[int, RankStats]
+    malformed: Counter[str] = field(default_factory=Counter)
+    recent: deque[tuple[int, int, Any]] = field(
+        default_factory=lambda: deque(maxlen=RECENT)
+    )  # rank, seq, raw
+
+    def as_dict(self, now: float) -> dict[str, Any]:
+        return {
+            "ranks": {
+                str(rank): {
+                    "port": s.source.port,
+                    "replay_port": s.source.replay_port,
+                    "batches": s.batches,
+                    "events": dict(s.events),
+                    "gaps": s.gaps,
+                    "missed": s.missed,
+                    "recovered": s.recovered,
+                    "lost": s.lost,
+                    "resets": s.resets,
+                    "last_seq": s.last_seq,
+                    "seconds_since_last_batch": None
+                    if s.last_batch_at is None
+                    else round(now - s.last_batch_at, 3),
+                    "silent": s.silent,
+                }
+                for rank, s in self.ranks.items()
+            },
+            "malformed": dict(self.malformed),
+            "recent_block_stored": [
+                _stored_dict(rank, seq, _event(raw)) for rank, seq, raw in list(self.recent)
+            ],
+        }
+
+
+def _stored_dict(rank: int, seq: int, event: Event) -> dict[str, Any]:
+    return {
+        "rank": rank,
+        "seq": seq,
+        "block_hashes": [h if isinstance(h, int) else h.hex() for h in event.block_hashes],
+        "token_ids": list(event.token_ids),
+        "block_size": event.block_size,
+    }
+
+
+# ------------------------------------------------------------------ the watcher (asyncio + pyzmq)
+class KvEventWatcher:
+    def __init__(
+        self, watch: KvEventsWatch, log: Any, host: str = "127.0.0.1", state: WatcherState | None = None
+    ) -> None:
+        """state: carry on from an earlier watcher's counts and sequence numbers (a restart)."""
+        self.watch, self.log, self.host = watch, log, host
+        self.state = state or WatcherState({s.rank: RankStats(s) for s in watch.sources})
+        self._sockets: list[Any] = []
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._logged: set[str] = set()
+        self._ctx: Any = None
+
+    # -------------------------------------------------------------- life cycle
+    async def run(self) -> None:
+        """Until cancelled. A failure here is logged, never the launcher's end: the engine serves on."""
+        try:
+            await self._run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.log.error("KV-event watcher stopped", error=repr(exc))
+
+    async def _run(self) -> None:
+        import zmq
+
+        self._ctx = zmq.Context()
+        loop = asyncio.get_running_loop()
+        try:
+            for stats in self.state.ranks.values():
+                sock = self._ctx.socket(zmq.SUB)
+                sock.setsockopt(zmq.LINGER, 0)
+                sock.setsockopt(zmq.RCVHWM, 0)  # never drop on our side: a drop we cause is a gap we made
+                sock.setsockopt(zmq.SUBSCRIBE, b"")
+                sock.connect(f"tcp://{self.host}:{stats.source.port}")
+                self._sockets.append(sock)
+                loop.add_reader(sock.getsockopt(zmq.FD), self._drain, sock, stats)
+                self._drain(sock, stats)  # the descriptor is edge-triggered: read what is already there
+            await self._watch_silence()
+        finally:
+            # Replays first: a socket still open would make the context's termination wait forever.
+            for task in self._tasks:
+                task.cancel()
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+            for sock in self._sockets:
+                with contextlib.suppress(Exception):
+                    loop.remove_reader(sock.getsockopt(zmq.FD))
+            self._sockets.clear()
+            self._ctx.destroy(linger=0)  # closes whatever is left, never blocks
+
+    def _drain(self, sock: Any, stats: RankStats) -> None:
+        import zmq
+
+        if sock.closed:  # a drain scheduled just before the watcher stopped
+            return
+        for _ in range(DRAIN_BATCH):
+            try:
+                frames = sock.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            self.handle(stats, frames)
+        # More is waiting: come back after the loop has served everything else (probes, children).
+        asyncio.get_running_loop().call_soon(self._drain, sock, stats)
+
+    # -------------------------------------------------------------- one message
+    def handle(self, stats: RankStats, frames: list[bytes], replayed: bool = False) -> bool:
+        """True when a replayed batch filled a gap."""
+        try:
+            batch = decode(frames)
+        except Malformed as exc:
+            self.state.malformed[exc.kind] += 1
+            self._once(
+                f"malformed:{exc.kind}", "malformed KV-event message", rank=stats.source.rank, error=str(exc)
+            )
+            return False
+        if replayed:
+            if batch.seq not in stats.pending:
+                return False  # arrived live meanwhile, or from a publisher that has since restarted
+            stats.pending.discard(batch.seq)
+            stats.recovered += 1
+            self._count(stats, batch)
+            return True
+        outcome = stats.tracker.see(batch.seq)
+        if outcome == "old":
+            return False
+        if outcome == "reset":
+            stats.resets += 1
+            stats.lost += len(stats.pending)  # the old publisher's replay buffer is gone with it
+            stats.pending.clear()
+            self.log.warning("KV-event publisher restarted (sequence back to 0)", rank=stats.source.rank)
+        elif isinstance(outcome, Gap):
+            self._on_gap(stats, outcome)
+        stats.last_seq = batch.seq
+        self._count(stats, batch)
+        return False
+
+    def _count(self, stats: RankStats, batch: Batch) -> None:
+        stats.batches += 1
+        stats.last_batch_at = time.monotonic()
+        stats.served_since_batch = False
+        if stats.silent:
+            stats.silent = False
+            self.log.info("KV events flowing again", rank=stats.source.rank)
+        types = batch.types
+        stats.events.update(types)
+        if "BlockStored" in types:  # the batch's last one, formatted only when /kvevents is asked
+            last = len(types) - 1 - types[::-1].index("BlockStored")
+            self.state.recent.append((stats.source.rank, batch.seq, batch.raw_events[last]))
+
+    # -------------------------------------------------------------- gaps and replay
+    def _on_gap(self, stats: RankStats, gap: Gap) -> None:
+        stats.gaps += 1
+        stats.missed += gap.size
+        source = stats.source
+        if source.replay_port is None:
+            stats.lost += gap.size
+            self._once(
+                f"no-replay:{source.rank}", "KV-event batches missed and no replay endpoint", rank=source.rank
+            )
+            return
+        stats.pending.update(range(gap.first, gap.last + 1))
+        task = asyncio.get_running_loop().create_task(self._replay(stats, gap))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _replay(self, stats: RankStats, gap: Gap) -> None:
+        import zmq
+        import zmq.asyncio
+
+        sock = zmq.asyncio.Socket.shadow(self._ctx.socket(zmq.DEALER))
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(f"tcp://{self.host}:{stats.source.replay_port}")
+        recovered = 0
+        try:
+            await sock.send_multipart([b"", gap.first.to_bytes(8, "big")])
+            while True:
+                frames = await asyncio.wait_for(sock.recv_multipart(), timeout=REPLAY_TIMEOUT)
+                frames = frames[1:] if frames and frames[0] == b"" else frames  # the DEALER delimiter
+                if len(frames) == 3 and frames[0] == b"" and int.from_bytes(frames[1], "big") == END_SEQ:
+                    break
+                recovered += self.handle(stats, frames, replayed=True)
+        except asyncio.TimeoutError:
+            self.log.warning("KV-event replay timed out", rank=stats.source.rank, waited_s=REPLAY_TIMEOUT)
+        finally:
+            sock.close(0)
+            # Still missing: expired from the publisher's buffer, or the replay failed. (A publisher
+            # restart meanwhile already counted its gap's batches as lost.)
+            missing = [seq for seq in range(gap.first, gap.last + 1) if seq in stats.pending]
+            stats.pending.difference_update(missing)
+            stats.lost += len(missing)
+            (self.log.info if recovered == gap.size else self.log.warning)(
+                "KV-event gap replayed",
+                rank=stats.source.rank,
+                first=gap.first,
+                last=gap.last,
+                recovered=recovered,
+                lost=gap.size - recovered,
+            )
+
+    # -------------------------------------------------------------- silence
+    async def _watch_silence(self) -> None:
+        """No batch for `silence_seconds` while the engine served requests: the stream has stopped."""
+        import aiohttp
+
+        every = max(1.0, self.watch.silence_seconds / 4)
+        served: dict[int, float] = {}
+        timeout = aiohttp.ClientTimeout(total=5)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while True:
+                await asyncio.sleep(every)
+                for stats in self.state.ranks.values():
+                    count = await _requests_served(session, self.host, stats.source.api_port)
+                    if count is None:
+                        continue
+                    if count > served.get(stats.source.rank, count):
+                        stats.served_since_batch = True
+                    served[stats.source.rank] = count
+                    self._check_silence(stats)
+
+    def _check_silence(self, stats: RankStats) -> None:
+        quiet_since = stats.last_batch_at
+        now = time.monotonic()
+        if not stats.served_since_batch or stats.silent:
+            return
+        if quiet_since is None or now - quiet_since >= self.watch.silence_seconds:
+            stats.silent = True
+            self.log.warning(
+                "KV events silent while the engine serves requests",
+                rank=stats.source.rank,
+                port=stats.source.port,
+                seconds_since_last_batch=None if quiet_since is None else round(now - quiet_since, 1),
+            )
+
+    def flowing(self) -> tuple[bool, str]:
+        """For readiness: fine until a request was served; then every rank must have published."""
+        silent = [s.source.rank for s in self.state.ranks.values() if s.silent]
+        if silent:
+            return False, f"no KV events from rank(s) {silent} while requests were served"
+        return True, "KV events flowing (or no request served yet)"
+
+    def _once(self, key: str, message: str, **fields: Any) -> None:
+        if key not in self._logged:
+            self._logged.add(key)
+            self.log.warning(message + " (logged once)", **fields)
+
+
+async def _requests_served(session: Any, host: str, port: int) -> float | None:
+    """Requests this rank finished or is running, from vLLM's /metrics; None when it does not answer."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    try:
+        async with session.get(f"http://{host}:{port}/metrics") as reply:
+            if reply.status != 200:
+                return None
+            text = await reply.text()
+    except Exception:
+        return None
+    total = 0.0
+    for family in text_string_to_metric_families(text):
+        if family.name.removesuffix("_total") in ("vllm:request_success", "vllm:num_requests_running"):
+            total += sum(sample.value for sample in family.samples if not sample.name.endswith("_created"))
+    return total
