@@ -43,11 +43,6 @@ CONCURRENCY = (1, 50, 200)
 GOAL_P99 = 0.005
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
 def tiny_model(root: Path) -> Path:
     out = root / "tiny-model"
     subprocess.run(

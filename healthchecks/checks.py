@@ -43,10 +43,10 @@ class CheckRunner:
         pid = state.pid if state is not None and state.running else None
         if pid is None:
             ok, detail = False, f"{check.process} is not running"
-        elif check.request is None:
-            ok, detail = True, f"{check.process} is running (pid {pid})"
-        else:
+        elif isinstance(check.request, (HttpCheck, TcpCheck)):
             ok, detail = await self._request(session, check.request)
+        else:  # the process running is the whole check
+            ok, detail = True, f"{check.process} is running (pid {pid})"
         result = CheckResult(ok, detail, self.health.clock(), time.monotonic() - began, pid)
         self.health.record(check, result)
         if self._last_ok.get(check.name) != ok and pid is not None:
@@ -56,11 +56,9 @@ class CheckRunner:
             )
         return result
 
-    async def _request(self, session: Any, request: HttpCheck | TcpCheck | EventsFlowing) -> tuple[bool, str]:
+    async def _request(self, session: Any, request: HttpCheck | TcpCheck) -> tuple[bool, str]:
         import aiohttp
 
-        if isinstance(request, EventsFlowing):
-            return self.health.passing(Check("kv-events", "", request))
         if isinstance(request, TcpCheck):
             what = f"connect {request.host}:{request.port}"
             try:

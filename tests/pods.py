@@ -46,7 +46,7 @@ class LauncherPod:
     env: dict[str, str]
     port: int = 0  # the engine's HTTP port
     ports: dict[str, int] = field(default_factory=dict)  # other ports the test chose, by name
-    probe_port: int = field(default_factory=lambda: free_port())  # the launcher's probe server
+    probe_port: int = field(default_factory=free_port)  # the launcher's probe server
     seen: list[tuple[str, int | None, dict[str, Any]]] = field(default_factory=list)  # probe answers
     argv: list[str] = field(default_factory=lambda: ["run"])
     tag: str = field(default_factory=lambda: uuid.uuid4().hex)
