@@ -6,7 +6,7 @@ batches, against a plain pyzmq SUB loop on the same stream, and its CPU at a rea
   msgpack [ts, events, rank], EVENTS BlockStored per batch, sent as fast as pyzmq can
 - plain loop: `recv_multipart()`, `msgpack.unpackb`, count the events: the least a subscriber does
   to count events (a receive-only loop is printed too, as the transport's ceiling)
-- watcher: launcher.kvevents.KvEventWatcher as the launcher runs it (decoding, counting, sequence
+- watcher: healthchecks.kvevents.KvEventWatcher as the launcher runs it (decoding, counting, sequence
   tracking); everything the publisher sent must be either received or counted missing: a silent drop
   is a batch in neither
 - realistic rate: RATE batches/s for SECONDS; the watcher process's CPU over that time
@@ -99,7 +99,7 @@ def plain_loop(port: int, started: Any, decode: bool = True) -> tuple[int, float
 def watcher_run(port: int, started: Any) -> tuple[int, float, int, int]:
     import structlog
 
-    from launcher.kvevents import KvEventWatcher
+    from healthchecks.kvevents import KvEventWatcher
     from launcher.plan import KvEventSource, KvEventsWatch
 
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))

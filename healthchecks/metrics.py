@@ -11,10 +11,10 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from healthchecks.kvevents import EVENT_TYPES, WatcherState
 from healthchecks.progress import PHASES
 from healthchecks.state import PodHealth
-from launcher.kvevents import EVENT_TYPES, WatcherState
-from launcher.supervisor import exit_code_of
+from launcher.supervise.outcome import exit_code_of
 
 PREFIX = "llmd_launcher_"
 PROBE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)

@@ -44,7 +44,7 @@ class ProbeServer:
             await site.start()
         except OSError as exc:
             await self._runner.cleanup()
-            from launcher.preflight import listener_of
+            from launcher.supervise.preflight import listener_of
 
             where = f"{self.host or '*'}:{self.port}"
             reason = os.strerror(exc.errno) if exc.errno else str(exc)

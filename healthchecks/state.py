@@ -6,16 +6,48 @@ without waiting for a check to run. Answering never does I/O.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from healthchecks.progress import PREFLIGHT, STARTED, STARTING, STOPPING, StartupProgress
-from launcher.plan import Check, EventsFlowing, Probes
+from launcher.plan import Check, EventsFlowing, Probes, ProcessSpec
 
 if TYPE_CHECKING:
-    from launcher.kvevents import KvEventWatcher
-    from launcher.supervisor import ProcessState, Supervisor
+    from healthchecks.kvevents import KvEventWatcher
+
+
+class ProcessView(Protocol):
+    """One row of the supervisor's process table, as the probes and metrics read it."""
+
+    @property
+    def spec(self) -> ProcessSpec: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def pid(self) -> int | None: ...
+    @property
+    def running(self) -> bool: ...
+    @property
+    def last_exit(self) -> int | None: ...
+    @property
+    def restarts(self) -> int: ...
+
+
+class ProcessTable(Protocol):
+    """What the probes need of the supervisor (launcher/supervise/), without importing it: whether a
+    stop began and why, and each process's row."""
+
+    @property
+    def stopping(self) -> bool: ...
+    @property
+    def stop_requested(self) -> bool: ...
+    @property
+    def failure(self) -> str | None: ...
+    @property
+    def processes(self) -> Sequence[ProcessView]: ...
+    def process(self, name: str) -> ProcessView | None: ...
+
 
 Answer = tuple[bool, dict[str, Any]]
 
@@ -39,7 +71,7 @@ class PodHealth:
         self.started_at: float | None = None
         self.results: dict[str, CheckResult] = {}
         self.progress = StartupProgress(probes.progress)
-        self.supervisor: Supervisor | None = None
+        self.supervisor: ProcessTable | None = None
         self.kv_events: KvEventWatcher | None = None  # when the plan publishes KV events
 
     # ------------------------------------------------------------------ written by the launcher
@@ -47,7 +79,7 @@ class PodHealth:
         """The final plan (leader resolved) may name a different leader IP than the first one."""
         self.probes = probes
 
-    def attach(self, supervisor: Supervisor) -> None:
+    def attach(self, supervisor: ProcessTable) -> None:
         self.supervisor = supervisor
         self.set_phase(STARTING)
 
@@ -81,7 +113,7 @@ class PodHealth:
         unique = {c.name: c for c in (*self.probes.ready, self.probes.started)}
         return tuple(unique.values())
 
-    def process(self, name: str) -> ProcessState | None:
+    def process(self, name: str) -> ProcessView | None:
         return None if self.supervisor is None else self.supervisor.process(name)
 
     def passing(self, check: Check) -> tuple[bool, str]:

@@ -131,7 +131,7 @@ def _add_pod_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _cli_settings(ns: argparse.Namespace) -> dict[str, object]:
-    from launcher.settings import CLI_FIELDS
+    from launcher.config.settings import CLI_FIELDS
 
     values: dict[str, object] = {name: getattr(ns, name) for name in CLI_FIELDS if name != "extra_env"}
     if ns.extra_env_items:
@@ -154,13 +154,13 @@ def _cli_settings(ns: argparse.Namespace) -> dict[str, object]:
 
 def _cmd_plan(ns: argparse.Namespace) -> int:
     from launcher import render
-    from launcher.recipe import load_recipe
-    from launcher.settings import load_settings
+    from launcher.config.recipe import load_recipe
+    from launcher.config.settings import load_settings
 
     settings = load_settings(**_cli_settings(ns))
     recipe = load_recipe(settings.recipe_source, name_given="recipe" in settings.model_fields_set)
     if ns.group:
-        from launcher.group import plan_group
+        from roles.group import plan_group
 
         report = plan_group(settings, recipe)
         sys.stdout.write(render.render_group(report, ns.format))
@@ -191,7 +191,7 @@ def _notes_to_stderr(notes: Sequence[str], fmt: str) -> None:
 
 
 def _cmd_recipes() -> int:
-    from launcher.recipe import RecipeSource, builtin_recipe_names, load_recipe
+    from launcher.config.recipe import RecipeSource, builtin_recipe_names, load_recipe
 
     for name in builtin_recipe_names():
         recipe = load_recipe(RecipeSource(name, None))

@@ -70,7 +70,7 @@ class TcpCheck:
 
 @dataclass(frozen=True)
 class EventsFlowing:
-    """Passes until the engine served a request without publishing KV events (launcher/kvevents.py)."""
+    """Passes until the engine served a request without publishing KV events (healthchecks/kvevents.py)."""
 
 
 @dataclass(frozen=True)
@@ -128,11 +128,48 @@ class FileSpec:
 
 
 @dataclass(frozen=True)
+class ShutdownBudget:
+    """How the pod's termination grace period is split between the engine's drain, the sidecars and
+    the final SIGKILL. The plan uses it for the engine's --shutdown-timeout and the supervisor for its
+    deadlines, so the two always agree. After SIGTERM reaches the launcher (t = 0):
+
+        0 ── SIGTERM engine ── drain (--shutdown-timeout) ── teardown ── engine_deadline
+          ── SIGTERM sidecars (sooner if the engine is gone) ── kill_at: SIGKILL what is left ── grace
+    """
+
+    grace: int  # seconds from SIGTERM until the kubelet SIGKILLs the pod
+    kill_margin: int  # SIGKILL this long before the kubelet would, so exit codes and logs are ours
+    sidecar_window: int  # time the sidecars get after the engine
+    teardown: int  # engine time after its drain (vLLM's DP supervisor waits drain + 5 s)
+
+    @classmethod
+    def from_grace(cls, grace: int) -> ShutdownBudget:
+        kill_margin = min(5, max(1, grace // 10))
+        sidecar_window = min(5, grace // 6)
+        engine_window = max(0, grace - kill_margin - sidecar_window)
+        return cls(grace, kill_margin, sidecar_window, min(5, engine_window // 4))
+
+    @property
+    def kill_at(self) -> int:
+        return max(0, self.grace - self.kill_margin)
+
+    @property
+    def engine_deadline(self) -> int:
+        return max(0, self.kill_at - self.sidecar_window)
+
+    @property
+    def drain(self) -> int:
+        """The engine's --shutdown-timeout: how long it may finish in-flight requests."""
+        return max(0, self.engine_deadline - self.teardown)
+
+
+@dataclass(frozen=True)
 class Plan:
     recipe: str
     role: Role
     pod: PodIdentity
     processes: tuple[ProcessSpec, ...]
+    shutdown: ShutdownBudget  # the grace period's timeline, shown by the dry-run, kept by the supervisor
     files: tuple[FileSpec, ...] = ()
     notes: tuple[str, ...] = ()
     placeholders: tuple[str, ...] = ()  # values only the pod knows, shown as $(VAR)
@@ -147,3 +184,26 @@ class Plan:
     @property
     def ports(self) -> list[tuple[str, PortSpec]]:
         return [(p.name, port) for p in self.processes for port in p.ports]
+
+
+@dataclass(frozen=True)
+class GroupCheck:
+    """One check of a whole LWS group (`plan --group`)."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@dataclass(frozen=True)
+class GroupReport:
+    plans: tuple[Plan, ...]
+    checks: tuple[GroupCheck, ...]
+
+    @property
+    def ok(self) -> bool:
+        return all(c.ok for c in self.checks)
+
+    @property
+    def notes(self) -> list[str]:
+        return list(dict.fromkeys(n for p in self.plans for n in p.notes))

@@ -9,23 +9,22 @@ import json
 import posixpath
 import shlex
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from launcher.plan import (
     Check,
     EventsFlowing,
+    GroupReport,
     HttpCheck,
     KvEventsWatch,
     Plan,
     Probes,
     ProcessSpec,
     RoleKind,
+    ShutdownBudget,
     TcpCheck,
 )
 from launcher.redact import REDACTED, is_secret_name, redact_argv, redact_env
-
-if TYPE_CHECKING:
-    from launcher.group import GroupReport
 
 PLAN_SCHEMA = "llm-d-launcher/plan/v1"
 GROUP_SCHEMA = "llm-d-launcher/group/v1"
@@ -66,6 +65,17 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         ],
         "probes": None if plan.probes is None else _probes_dict(plan.probes),
         "kv_events": None if plan.kv_events is None else _kv_events_dict(plan.kv_events),
+        "shutdown": _shutdown_dict(plan.shutdown),
+    }
+
+
+def _shutdown_dict(budget: ShutdownBudget) -> dict[str, int]:
+    """Seconds after SIGTERM reaches the launcher."""
+    return {
+        "grace": budget.grace,
+        "engine_drain": budget.drain,
+        "engine_deadline": budget.engine_deadline,
+        "kill_at": budget.kill_at,
     }
 
 
@@ -174,6 +184,7 @@ def render_text(plan: Plan, with_notes: bool = True) -> str:
         out += ["  " + line for line in f.content.splitlines()]
     for p in plan.processes:
         out += ["", *_process_text(p)]
+    out += ["", _shutdown_text(plan.shutdown)]
     if plan.probes is not None:
         out += ["", *_probes_text(plan.probes)]
     if plan.kv_events is not None:
@@ -184,6 +195,13 @@ def render_text(plan: Plan, with_notes: bool = True) -> str:
         )
         out.append(f"  KV events watched: {ranks}; silent after {watch.silence_seconds:g} s without a batch")
     return "\n".join(out) + "\n"
+
+
+def _shutdown_text(budget: ShutdownBudget) -> str:
+    return (
+        f"on SIGTERM (grace {budget.grace} s): not ready at once; engine drains {budget.drain} s, "
+        f"SIGTERM to sidecars by {budget.engine_deadline} s, SIGKILL to what is left at {budget.kill_at} s"
+    )
 
 
 def _check_text(check: Check) -> str:

@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.addresses import is_ip
 from launcher.errors import ConfigError, Problem
-from launcher.outcome import TERMINATION_LIMIT, Outcome
 from launcher.plan import Plan
 from launcher.redact import Scrubber, secret_values
+from launcher.supervise.outcome import TERMINATION_LIMIT, Outcome
 
 if TYPE_CHECKING:
     from healthchecks.state import PodHealth
-    from launcher.logs import ChildOutput
+    from launcher.supervise.logs import ChildOutput
 
 
 def run(cli_settings: dict[str, Any]) -> int:
@@ -29,8 +29,8 @@ def run(cli_settings: dict[str, Any]) -> int:
     try:
         # Every input mistake surfaces here, before the async machinery is even imported: a bad
         # flag costs a fraction of a second, not an engine start.
-        from launcher.recipe import load_recipe
-        from launcher.settings import load_settings
+        from launcher.config.recipe import load_recipe
+        from launcher.config.settings import load_settings
         from roles import build_plan
 
         settings = load_settings(**cli_settings)
@@ -68,7 +68,7 @@ def _record_signals() -> list[int]:
 def _supervise(settings: Any, recipe: Any, plan: Plan, scrub: Scrubber, early_signals: list[int]) -> Outcome:
     import asyncio
 
-    from launcher.logs import ChildOutput, configure, wants_json
+    from launcher.supervise.logs import ChildOutput, configure, wants_json
 
     as_json = wants_json(settings.log_format)
     log = configure(as_json, scrub)
@@ -95,8 +95,8 @@ async def _run(
     from healthchecks.checks import CheckRunner
     from healthchecks.server import ProbeServer
     from healthchecks.state import PodHealth
-    from launcher.shutdown import ShutdownBudget
-    from launcher.supervisor import Event, SignalReceived, Supervisor, SupervisorConfig, signal_name
+    from launcher.supervise.outcome import signal_name
+    from launcher.supervise.supervisor import Event, SignalReceived, Supervisor, SupervisorConfig
 
     loop = asyncio.get_running_loop()
     events: asyncio.Queue[Event] = asyncio.Queue()
@@ -131,7 +131,6 @@ async def _run(
         assert plan.probes is not None
         health.use_plan(plan.probes)
         config = SupervisorConfig(
-            budget=ShutdownBudget.from_grace(settings.grace_seconds),
             bin_path=settings.bin_path,
             sidecar_restarts=settings.sidecar_restarts,
             sidecar_restart_window=settings.sidecar_restart_window,
@@ -149,7 +148,7 @@ async def _run(
             )
         ]
         if plan.kv_events is not None:  # subscribed before the engine binds: no early batch is missed
-            from launcher.kvevents import KvEventWatcher
+            from healthchecks.kvevents import KvEventWatcher
 
             health.kv_events = KvEventWatcher(plan.kv_events, log)
             background.append(asyncio.create_task(health.kv_events.run()))
@@ -170,7 +169,7 @@ async def _prepare(
 ) -> Plan:
     """The plan as the pod will run it: the leader's name replaced by its IP, every check passed."""
     from healthchecks.progress import PREFLIGHT, WAITING_FOR_LEADER
-    from launcher.preflight import resolve_leader, run_preflight
+    from launcher.supervise.preflight import resolve_leader, run_preflight
     from roles import build_plan
 
     leader = plan.role.leader_address

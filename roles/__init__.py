@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-from launcher.plan import Plan
-from launcher.recipe import MooncakeDonorPool, MooncakeMasterPool, Recipe, SglangPool, VllmPool
-from launcher.settings import Settings
-from launcher.shutdown import ShutdownBudget
+from launcher.config.recipe import MooncakeDonorPool, MooncakeMasterPool, Recipe, SglangPool, VllmPool
+from launcher.config.settings import Settings
+from launcher.plan import Plan, ShutdownBudget
 from roles.context import BuildContext
 from roles.derive import derive_role
 

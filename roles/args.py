@@ -12,8 +12,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Literal
 
+from launcher.config.recipe import ArgValue
 from launcher.errors import ConfigError, Problem
-from launcher.recipe import ArgValue
 from launcher.redact import is_secret_flag
 
 Style = Literal["gnu", "gflags"]  # vLLM/SGLang: --flag value; Mooncake (gflags): --flag=value

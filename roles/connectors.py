@@ -7,9 +7,9 @@ import posixpath
 from typing import Any
 
 from launcher.addresses import host_port
+from launcher.config.recipe import KVEventsSpec, MooncakeStoreSpec, NixlSpec
 from launcher.errors import ConfigError
 from launcher.plan import FileSpec
-from launcher.recipe import KVEventsSpec, MooncakeStoreSpec, NixlSpec
 from roles import topology
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from launcher.config.recipe import ArgValue, Recipe, RecipeSource
 from launcher.errors import ConfigError, Problem
-from launcher.plan import FileSpec, KvEventsWatch, Plan, ProcessSpec, Role
-from launcher.recipe import ArgValue, Recipe, RecipeSource
-from launcher.shutdown import ShutdownBudget
+from launcher.plan import FileSpec, KvEventsWatch, Plan, ProcessSpec, Role, ShutdownBudget
 from roles.args import Arg, args_from, flag_key, flatten, merge_extra, split_extra_args
 from roles.derive import PodFacts
 from roles.flags import check_flags, load_catalog
@@ -105,6 +104,7 @@ class BuildContext:
             role=self.role,
             pod=self.pod.identity,
             processes=tuple(processes),
+            shutdown=self.shutdown,
             files=tuple(files),
             notes=(*self.pod.notes, *(notes or ())),
             placeholders=used,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from launcher.addresses import is_ip
+from launcher.config.recipe import MooncakeDonorPool, MooncakeMasterPool, Pool, Recipe, SglangPool, VllmPool
+from launcher.config.settings import Settings
 from launcher.errors import ConfigError, Problem
 from launcher.plan import LEADER_PLACEHOLDER, POD_IP_PLACEHOLDER, PodIdentity, Role, RoleKind
-from launcher.recipe import MooncakeDonorPool, MooncakeMasterPool, Pool, Recipe, SglangPool, VllmPool
-from launcher.settings import Settings
 from roles import topology
 
 

@@ -1,7 +1,7 @@
 """Engine flags checked before anything starts: a misspelt flag, a value outside its choices or
 malformed JSON fails here in milliseconds instead of after the engine's import and model load.
 
-The catalogues (launcher/catalogs/*.json) are generated from the engines' own parsers by
+The catalogues (roles/catalogs/*.json) are generated from the engines' own parsers by
 scripts/update-flag-catalogs.sh; the engine tier fails when they drift from the installed engines.
 """
 
@@ -34,7 +34,7 @@ class FlagCatalog:
 
 @cache
 def load_catalog(name: str) -> FlagCatalog:
-    text = resources.files("launcher").joinpath("catalogs", f"{name}.json").read_text(encoding="utf-8")
+    text = (resources.files("roles") / "catalogs" / f"{name}.json").read_text(encoding="utf-8")
     data = json.loads(text)
     return FlagCatalog(data["engine"], data["version"], data["underscores"], data["flags"])
 

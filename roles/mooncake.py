@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from launcher.config.recipe import Args, MooncakeDonorPool, MooncakeMasterPool
 from launcher.plan import HttpCheck, Plan, PortSpec, ProcessSpec
-from launcher.recipe import Args, MooncakeDonorPool, MooncakeMasterPool
 from roles.args import args_from
 from roles.context import BuildContext, owned_flags
 

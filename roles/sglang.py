@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 from launcher.addresses import host_port
+from launcher.config.recipe import SglangPool
 from launcher.plan import HttpCheck, Plan, PortSpec, ProcessSpec, RoleKind
-from launcher.recipe import SglangPool
 from roles.args import Arg, arg, args_from
 from roles.context import BuildContext, owned_flags
 

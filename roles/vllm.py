@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+from launcher.config.recipe import VllmPool
 from launcher.plan import (
     FileSpec,
     HttpCheck,
@@ -18,7 +19,6 @@ from launcher.plan import (
     ProcessSpec,
     RoleKind,
 )
-from launcher.recipe import VllmPool
 from roles import topology
 from roles.args import Arg, arg, args_from, flatten, to_json
 from roles.connectors import kv_events_topic, mooncake_store_file, nixl_env, vllm_kv_events_config

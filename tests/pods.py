@@ -59,6 +59,8 @@ class LauncherPod:
             # This interpreter's bin first: stand-ins that speak ZMQ run with its pyzmq and msgpack.
             "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
             "HOME": str(self.workdir),
+            # The launcher of this checkout, whichever checkout the venv was installed from.
+            "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
             "LLMD_SHM_DIR": str(self.workdir / "shm"),
             "LLMD_TERMINATION_LOG": str(self.termination_log),
             "LLMD_RUNTIME_DIR": str(self.workdir / "run"),

@@ -27,6 +27,9 @@ step "ruff"
 step "mypy"
 .venv/bin/mypy
 
+step "import layers (import-linter: pyproject.toml [tool.importlinter])"
+.venv/bin/lint-imports
+
 step "hadolint (images/)"
 bash scripts/lint-images.sh
 

@@ -1,4 +1,4 @@
-"""launcher/catalogs/*.json are exactly what the installed engines' own parsers say."""
+"""roles/catalogs/*.json are exactly what the installed engines' own parsers say."""
 
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import httpx
 import pytest
 import structlog
 
-from launcher.kvevents import KvEventWatcher
+from healthchecks.kvevents import KvEventWatcher
 from launcher.plan import KvEventSource, KvEventsWatch
 from tests.engines.conftest import BLOCK_SIZE, tiny_vllm_pod, watch_until_ready
 from tests.pods import LauncherPod

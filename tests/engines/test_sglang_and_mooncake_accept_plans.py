@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from launcher.recipe import RecipeSource, load_recipe
-from launcher.settings import Settings
+from launcher.config.recipe import RecipeSource, load_recipe
+from launcher.config.settings import Settings
 from roles import build_plan
 from tests.engines.engine_venvs import VENVS, engine_bin, run_checker
 

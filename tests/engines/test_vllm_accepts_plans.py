@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from launcher.group import plan_group
+from launcher.config.recipe import RecipeSource, builtin_recipe_names, load_recipe, validate_recipe
+from launcher.config.settings import Settings
 from launcher.plan import Plan
-from launcher.recipe import RecipeSource, builtin_recipe_names, load_recipe, validate_recipe
-from launcher.settings import Settings
+from roles.group import plan_group
 from tests.engines.engine_venvs import run_checker
 
 pytestmark = pytest.mark.engines

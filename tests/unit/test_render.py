@@ -120,6 +120,7 @@ def test_json_schema_is_stable(plan_json: Any) -> None:
         "processes",
         "probes",
         "kv_events",
+        "shutdown",
     ]
     assert list(plan["role"]) == [
         "name",
@@ -252,6 +253,6 @@ def test_readme_json_schema_matches_plan_to_dict(plan_json: Any) -> None:
         *plan, *plan["role"], *plan["role"]["dp_ranks"], *plan["pod"], *plan["files"][0],
         *plan["processes"][0], *plan["processes"][0]["ports"][0], *plan["processes"][0]["health"],
         *probes, *probes["ready"][0], *probes["ready"][0]["http"], *worker, *worker["tcp"],
-        *watch, *watch["sources"][0],
+        *watch, *watch["sources"][0], *plan["shutdown"],
     }  # fmt: skip
     assert documented == actual

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from launcher.recipe import RecipeSource, builtin_recipe_names, load_recipe
+from launcher.config.recipe import RecipeSource, builtin_recipe_names, load_recipe
 
 USER_RECIPE = """\
 name: tiny

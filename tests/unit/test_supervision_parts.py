@@ -14,13 +14,18 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from launcher.errors import ConfigError
-from launcher.outcome import TERMINATION_LIMIT, Outcome
-from launcher.plan import FileSpec, Plan, PodIdentity, PortSpec, ProcessSpec, Role, RoleKind
-from launcher.preflight import check_binaries, check_model, check_ports, check_runtime_dir, clean_shm
+from launcher.plan import FileSpec, Plan, PodIdentity, PortSpec, ProcessSpec, Role, RoleKind, ShutdownBudget
 from launcher.redact import Scrubber, secret_values
 from launcher.run import write_termination_message
-from launcher.shutdown import ShutdownBudget
-from launcher.supervisor import exit_code_of, restart_delay, write_files
+from launcher.supervise.outcome import TERMINATION_LIMIT, Outcome, exit_code_of
+from launcher.supervise.preflight import (
+    check_binaries,
+    check_model,
+    check_ports,
+    check_runtime_dir,
+    clean_shm,
+)
+from launcher.supervise.supervisor import restart_delay, write_files
 
 
 @given(st.integers(min_value=1, max_value=100_000))
@@ -111,7 +116,15 @@ def test_termination_message_skipped_quietly_when_not_writable(tmp_path: Path) -
 
 
 def _plan(processes: list[ProcessSpec], files: tuple[FileSpec, ...] = (), model: str | None = None) -> Plan:
-    return Plan("r", Role("p", RoleKind.LEADER), PodIdentity(), tuple(processes), files, model_path=model)
+    return Plan(
+        "r",
+        Role("p", RoleKind.LEADER),
+        PodIdentity(),
+        tuple(processes),
+        ShutdownBudget.from_grace(30),
+        files,
+        model_path=model,
+    )
 
 
 def test_clean_shm_removes_only_files_nobody_holds(tmp_path: Path) -> None:
@@ -181,9 +194,9 @@ def test_unknown_placeholder_refuses_to_run(tmp_path: Path, monkeypatch: pytest.
     import asyncio
 
     from healthchecks.state import PodHealth
-    from launcher.recipe import RecipeSource, load_recipe
+    from launcher.config.recipe import RecipeSource, load_recipe
+    from launcher.config.settings import load_settings
     from launcher.run import _prepare
-    from launcher.settings import load_settings
     from roles import build_plan
 
     monkeypatch.setenv("LLMD_RECIPE", "vllm-single-pod")

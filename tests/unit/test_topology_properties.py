@@ -8,10 +8,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from launcher.group import check_agreement, check_kv_events, check_ports, check_ranks, flag_values, plan_group
-from launcher.recipe import RecipeSource, validate_recipe
-from launcher.settings import Settings
+from launcher.config.recipe import RecipeSource, validate_recipe
+from launcher.config.settings import Settings
 from roles import build_plan
+from roles.group import check_agreement, check_kv_events, check_ports, check_ranks, flag_values, plan_group
 
 
 def dp_recipe(nodes: int, local: int, kv_port: int = 5557) -> Any:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
 
 TERMINATION_LIMIT = 4096  # bytes the kubelet keeps of /dev/termination-log
@@ -31,3 +32,21 @@ class Outcome:
             budget -= size
         gap = ["…"] if len(kept) < len(self.output) else []
         return "\n".join([head, "last output:", *gap, *kept])
+
+
+def exit_code_of(code: int) -> int:
+    """A shell-style exit code: a child killed by signal N gives 128+N (SIGKILL 137, SIGTERM 143)."""
+    return 128 - code if code < 0 else code
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:  # real-time signals have no name
+        return f"signal {signum}"
+
+
+def describe_exit(code: int) -> str:
+    if code < 0:
+        return f"was killed by {signal_name(-code)}"
+    return f"exited with code {code}"

@@ -10,38 +10,15 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
 
-from launcher.plan import Plan
-from launcher.recipe import Recipe
-from launcher.settings import Settings
-
-
-@dataclass(frozen=True)
-class GroupCheck:
-    name: str
-    ok: bool
-    detail: str
-
-
-@dataclass(frozen=True)
-class GroupReport:
-    plans: tuple[Plan, ...]
-    checks: tuple[GroupCheck, ...]
-
-    @property
-    def ok(self) -> bool:
-        return all(c.ok for c in self.checks)
-
-    @property
-    def notes(self) -> list[str]:
-        return list(dict.fromkeys(n for p in self.plans for n in p.notes))
+from launcher.config.recipe import Recipe
+from launcher.config.settings import Settings
+from launcher.plan import GroupCheck, GroupReport, Plan
+from roles import build_plan
+from roles.derive import select_pool
 
 
 def plan_group(settings: Settings, recipe: Recipe) -> GroupReport:
-    from roles import build_plan
-    from roles.derive import select_pool
-
     _, pool = select_pool(settings, recipe)
     size = settings.group_size if settings.group_size is not None else pool.nodes
     plans = tuple(build_plan(settings, recipe, group_member=i) for i in range(size))

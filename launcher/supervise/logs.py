@@ -4,10 +4,13 @@ passed through line by line with the process name attached. Secret values never 
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
-from collections.abc import MutableMapping
+from collections import deque
+from collections.abc import Callable, MutableMapping
 from datetime import datetime, timezone
-from typing import Any, TextIO
+from typing import IO, Any, Protocol, TextIO
 
 import structlog
 
@@ -75,3 +78,67 @@ class ChildOutput:
         except (BrokenPipeError, ValueError):  # nobody reads our output any more: keep supervising
             pass
         return text
+
+
+TAIL_LINES = 40  # output lines kept per process for the termination message
+MAX_LINE = 64 * 1024  # a longer "line" is passed on in pieces
+
+
+class OutputOwner(Protocol):
+    """The process whose pipe a LineReader reads: its name, and the tail kept for its obituary."""
+
+    @property
+    def name(self) -> str: ...
+
+    tail: deque[str]
+
+
+_LINE_END = re.compile(rb"\r?\n|\r")
+
+
+class LineReader:
+    """Splits one child pipe into lines and hands each to the output, keeping a short tail."""
+
+    def __init__(
+        self,
+        state: OutputOwner,
+        stream: str,
+        pipe: IO[bytes],
+        output: ChildOutput,
+        on_line: Callable[[str, str], None] | None,
+    ) -> None:
+        self.state, self.stream, self.pipe, self.output, self.on_line = state, stream, pipe, output, on_line
+        self.fd = pipe.fileno()
+        self.buffer = b""
+
+    def read(self) -> bool | None:
+        """One non-blocking read: True if data came, None if none is waiting, False at end of file."""
+        try:
+            chunk = os.read(self.fd, 65536)
+        except BlockingIOError:
+            return None
+        except OSError:
+            return False
+        if not chunk:
+            return False
+        self.buffer += chunk
+        # \r ends a line too: progress bars (weight loading) rewrite one line in place.
+        *lines, self.buffer = _LINE_END.split(self.buffer)
+        for line in lines:
+            if line:
+                self._emit(line)
+        while len(self.buffer) > MAX_LINE:
+            self._emit(self.buffer[:MAX_LINE])
+            self.buffer = self.buffer[MAX_LINE:]
+        return True
+
+    def flush(self) -> None:
+        if self.buffer:
+            self._emit(self.buffer)
+            self.buffer = b""
+
+    def _emit(self, raw: bytes) -> None:
+        text = raw.decode("utf-8", errors="replace").rstrip("\r")
+        self.state.tail.append(self.output.line(self.state.name, self.stream, text))
+        if self.on_line is not None:
+            self.on_line(self.state.name, text)

@@ -21,8 +21,8 @@ from pydantic_settings import (
 )
 
 from launcher.addresses import is_ip
+from launcher.config.recipe import EnvMap, RecipeSource, read_recipe
 from launcher.errors import ConfigError, Problem
-from launcher.recipe import EnvMap, RecipeSource, read_recipe
 from launcher.redact import REDACTED
 
 DEFAULT_RECIPE = "kimi-k3.1-pro"

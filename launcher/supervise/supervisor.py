@@ -19,7 +19,6 @@ import asyncio
 import contextlib
 import ctypes
 import os
-import re
 import signal
 import subprocess
 import tempfile
@@ -28,38 +27,17 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from launcher.logs import ChildOutput
-from launcher.outcome import Outcome
 from launcher.plan import FileSpec, Plan, ProcessSpec
-from launcher.preflight import search_path
 from launcher.redact import redact_argv
-from launcher.shutdown import ShutdownBudget
+from launcher.supervise.logs import TAIL_LINES, ChildOutput, LineReader
+from launcher.supervise.outcome import Outcome, describe_exit, exit_code_of, signal_name
+from launcher.supervise.preflight import search_path
 
 BACKOFF_CAP = 30.0  # seconds: the longest a sidecar waits before its next restart
-TAIL_LINES = 40  # output lines kept per process for the termination message
 DRAIN_READS = 64  # at most 4 MiB passed on when a process exits, so a chatty orphan cannot stall us
-MAX_LINE = 64 * 1024  # a longer "line" is passed on in pieces
 PR_SET_CHILD_SUBREAPER = 36
-
-
-def exit_code_of(code: int) -> int:
-    """A shell-style exit code: a child killed by signal N gives 128+N (SIGKILL 137, SIGTERM 143)."""
-    return 128 - code if code < 0 else code
-
-
-def signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:  # real-time signals have no name
-        return f"signal {signum}"
-
-
-def describe_exit(code: int) -> str:
-    if code < 0:
-        return f"was killed by {signal_name(-code)}"
-    return f"exited with code {code}"
 
 
 def restart_delay(recent_restarts: int, base: float) -> float:
@@ -94,7 +72,6 @@ Event = SignalReceived | ChildExited | RestartDue | ShutdownDone
 
 @dataclass(frozen=True)
 class SupervisorConfig:
-    budget: ShutdownBudget
     bin_path: str = ""
     sidecar_restarts: int = 5
     sidecar_restart_window: float = 300.0
@@ -146,7 +123,7 @@ class Supervisor:
         self.outcome: Outcome | None = None
         self._by_pid: dict[int, ProcessState] = {}
         self._groups: set[int] = set()  # every process group we created
-        self._readers: dict[int, _LineReader] = {}
+        self._readers: dict[int, LineReader] = {}
         self._quiet = asyncio.Event()  # set on each reap: the shutdown waits on it
 
     @property
@@ -189,7 +166,7 @@ class Supervisor:
     def _on_signal(self, signum: int) -> None:
         name = signal_name(signum)
         if not self.stopping:
-            self.log.info("shutting down", signal=name, grace_s=self.config.budget.grace)
+            self.log.info("shutting down", signal=name, grace_s=self.plan.shutdown.grace)
             self._begin_shutdown(f"stopped by {name}", exit_code=None)
         elif signum == signal.SIGINT:  # a second Ctrl-C at a terminal: do not make people wait
             self.log.warning("second SIGINT: killing every process now")
@@ -280,12 +257,12 @@ class Supervisor:
         loop = asyncio.get_running_loop()
         for stream, pipe in (("stdout", popen.stdout), ("stderr", popen.stderr)):
             assert pipe is not None
-            reader = _LineReader(state, stream, pipe, self.output, self.on_line)
+            reader = LineReader(state, stream, pipe, self.output, self.on_line)
             os.set_blocking(reader.fd, False)
             self._readers[reader.fd] = reader
             loop.add_reader(reader.fd, self._on_readable, reader)
 
-    def _on_readable(self, reader: _LineReader) -> None:
+    def _on_readable(self, reader: LineReader) -> None:
         if reader.read() is False:
             self._close_reader(reader)
 
@@ -298,7 +275,7 @@ class Supervisor:
                     break
             reader.flush()  # its last words may lack a newline
 
-    def _close_reader(self, reader: _LineReader) -> None:
+    def _close_reader(self, reader: LineReader) -> None:
         reader.flush()
         with contextlib.suppress(Exception):
             asyncio.get_running_loop().remove_reader(reader.fd)
@@ -356,7 +333,7 @@ class Supervisor:
             self.events.put_nowait(ShutdownDone())
 
     async def _stop_everything(self, engine_decides: bool) -> None:
-        budget = self.config.budget
+        budget = self.plan.shutdown
         started = self.clock()
         engine = self.engine
         if engine.running:
@@ -456,57 +433,6 @@ class Supervisor:
         for state in self.processes:
             self._signal_main(state, sig)
         self._signal_groups(sig)
-
-
-_LINE_END = re.compile(rb"\r?\n|\r")
-
-
-class _LineReader:
-    """Splits one child pipe into lines and hands each to the output, keeping a short tail."""
-
-    def __init__(
-        self,
-        state: ProcessState,
-        stream: str,
-        pipe: IO[bytes],
-        output: ChildOutput,
-        on_line: Callable[[str, str], None] | None,
-    ) -> None:
-        self.state, self.stream, self.pipe, self.output, self.on_line = state, stream, pipe, output, on_line
-        self.fd = pipe.fileno()
-        self.buffer = b""
-
-    def read(self) -> bool | None:
-        """One non-blocking read: True if data came, None if none is waiting, False at end of file."""
-        try:
-            chunk = os.read(self.fd, 65536)
-        except BlockingIOError:
-            return None
-        except OSError:
-            return False
-        if not chunk:
-            return False
-        self.buffer += chunk
-        # \r ends a line too: progress bars (weight loading) rewrite one line in place.
-        *lines, self.buffer = _LINE_END.split(self.buffer)
-        for line in lines:
-            if line:
-                self._emit(line)
-        while len(self.buffer) > MAX_LINE:
-            self._emit(self.buffer[:MAX_LINE])
-            self.buffer = self.buffer[MAX_LINE:]
-        return True
-
-    def flush(self) -> None:
-        if self.buffer:
-            self._emit(self.buffer)
-            self.buffer = b""
-
-    def _emit(self, raw: bytes) -> None:
-        text = raw.decode("utf-8", errors="replace").rstrip("\r")
-        self.state.tail.append(self.output.line(self.state.name, self.stream, text))
-        if self.on_line is not None:
-            self.on_line(self.state.name, text)
 
 
 def _which(binary: str, path: str) -> str:

@@ -1,6 +1,6 @@
 """Recipe schema: the data a platform team writes to describe a model's pools and topology.
 
-A recipe is YAML (built in under launcher/recipes/, or a mounted ConfigMap file) validated here.
+A recipe is YAML (built in under launcher/config/recipes/, or a mounted ConfigMap file) validated here.
 Everything the launcher derives per pod (ranks, ports, addresses, topics, file paths) is left out
 of the recipe; everything that is a fixed choice for the deployment (flags, JSON configs, env) is in it.
 """
@@ -106,7 +106,7 @@ class KVEventsSpec(_Data):
     replay_port: Port | None = None
     buffer_steps: Count | None = None
     hwm: Count | None = None
-    # The launcher's watcher (launcher/kvevents.py):
+    # The launcher's watcher (healthchecks/kvevents.py):
     silence_seconds: Seconds = 60.0  # no batch this long while requests are served = silent
     readiness: bool = False  # not ready while silent ("KV events flowing once a request was served")
 
@@ -322,7 +322,7 @@ class RecipeSource:
 
 
 def builtin_recipe_names() -> list[str]:
-    files = resources.files("launcher").joinpath("recipes").iterdir()
+    files = resources.files("launcher.config").joinpath("recipes").iterdir()
     return sorted(f.name.removesuffix(".yaml") for f in files if f.name.endswith(".yaml"))
 
 
@@ -370,7 +370,9 @@ def read_recipe(source: RecipeSource) -> Mapping[str, Any]:
             f"unknown recipe {source.name!r}",
             f"use one of {', '.join(names)} or set LLMD_RECIPE_FILE",
         )
-    text = resources.files("launcher").joinpath("recipes", f"{source.name}.yaml").read_text(encoding="utf-8")
+    text = (resources.files("launcher.config") / "recipes" / f"{source.name}.yaml").read_text(
+        encoding="utf-8"
+    )
     return _parse_yaml(text, source)
 
 

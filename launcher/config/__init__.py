@@ -1,0 +1,1 @@
+"""Inputs: pod env + recipe + CLI flags -> validated Settings and Recipe."""
