@@ -4,10 +4,19 @@ check what a contract cannot: which modules the dry-run path loads."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+ROOT = Path(__file__).resolve().parents[2]
 
 HEAVY = ("asyncio", "aiohttp", "zmq", "healthchecks.server", "launcher.supervise.supervisor")
 
@@ -38,3 +47,19 @@ def test_dry_run_loads_no_event_loop_or_sockets(code: str) -> None:
     commands); the launcher's own dry-run code adds none of these on top of its settings library."""
     loaded = _loaded_after(code) - _loaded_after("import pydantic_settings")
     assert not {m for m in loaded if m.split(".")[0] in HEAVY or m in HEAVY}
+
+
+def _module(path: str) -> str:
+    return path.removesuffix(".py").removesuffix("/").replace("/", ".")
+
+
+def test_readme_layers_are_the_import_contract() -> None:
+    """The README's layer table and the import-linter contract name the same layers in one order."""
+    contract = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    (layers,) = [c["layers"] for c in contract["contracts"] if c["type"] == "layers"]
+    enforced = [sorted(m.strip() for m in layer.split("|")) for layer in layers]
+    readme = (ROOT / "README.md").read_text().split("## Architecture", 1)[1].split("\n## ", 1)[0]
+    rows = [line.split("|")[2] for line in readme.splitlines() if line.startswith("| ") and "`" in line]
+    drawn = [sorted(_module(m) for m in re.findall(r"`([^`]+)`", row)) for row in rows]
+    # The entry-point row holds two layers (cli above run).
+    assert [m for layer in enforced for m in layer] == [m for row in drawn for m in row]
