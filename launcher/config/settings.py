@@ -126,7 +126,7 @@ class Settings(BaseSettings):
     # Downward API
     pod_ip: str | None = pod_setting(
         "POD_IP",
-        "the pod's IP (downward API, status.podIP)",
+        "the pod's IP (downward API, status.podIP); must be an IP address",
         fix="set it from the downward API (fieldRef: status.podIP)",
         flag="--pod-ip",
         metavar="IP",
@@ -206,7 +206,7 @@ class Settings(BaseSettings):
     )
     probe_port: int = setting(
         PROBE_PORT,
-        "the launcher's probe server: /livez /readyz /startupz /metrics",
+        "the launcher's probe server (/livez /readyz /startupz /metrics); no port of the guide's pods",
         fix="give a port number 1-65535 that no process of the pod uses (default {default})",
         flag="--probe-port",
         metavar="PORT",
