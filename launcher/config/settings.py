@@ -73,7 +73,7 @@ def setting(
     **bounds: Any,
 ) -> Any:
     """A launcher setting (LLMD_<FIELD>): its default, bounds (ge, gt, le) and documentation."""
-    doc = SettingDoc(meaning, fix, section, None, flag, metavar, launcher_key)
+    doc = SettingDoc(meaning, fix, section, flag=flag, metavar=metavar, launcher_key=launcher_key)
     return Field(default, description=meaning, json_schema_extra=doc, **bounds)
 
 
@@ -87,7 +87,7 @@ def pod_setting(
     **bounds: Any,
 ) -> Any:
     """A fact about the pod, under its Kubernetes env name; no recipe may set it."""
-    doc = SettingDoc(meaning, fix, "pod", env, flag, metavar, launcher_key=False)
+    doc = SettingDoc(meaning, fix, "pod", env=env, flag=flag, metavar=metavar, launcher_key=False)
     return Field(
         None, validation_alias=AliasChoices(env), description=meaning, json_schema_extra=doc, **bounds
     )
@@ -98,7 +98,7 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="LLMD_", populate_by_name=True, extra="ignore", frozen=True)
 
-    # LeaderWorkerSet (LWS docs: reference/environment variables; kubernetes-sigs/lws)
+    # LeaderWorkerSet (injected by the LWS controller, kubernetes-sigs/lws)
     leader_address: str | None = pod_setting(
         "LWS_LEADER_ADDRESS",
         "the leader pod's DNS name or IP (injected by LWS)",
@@ -407,13 +407,13 @@ def fix_for(field: str) -> str:
 
 def settings_help(*sections: Section, width: int = 100) -> str:
     """The settings part of a `--help` epilog: env name, meaning, default."""
-    column = 2 + max(len(env_name(f)) for f in DOCS) + 1
+    wide = max(len(env_name(f)) for f in DOCS)
     lines = []
     for field, doc in DOCS.items():
         if doc.section in sections:
             default = shown_default(field)
             text = f"{doc.meaning} (default {default})" if default else doc.meaning
-            head = f"  {env_name(field):<{column - 3}} "
+            head = f"  {env_name(field):<{wide}} "
             lines.append(textwrap.fill(text, width, initial_indent=head, subsequent_indent=" " * len(head)))
     return "\n".join(lines)
 
