@@ -1,7 +1,7 @@
 """`llm-d-launcher probe live|ready|startup`: an exec probe that asks the launcher's probe server.
 
-Kept to the standard library (http.client): the kubelet forks this every period on every pod, so it
-must start in tens of milliseconds, not import the launcher's settings stack.
+Kept to the standard library (http.client) and plain constants: the kubelet forks this every period
+on every pod, so it must start in tens of milliseconds, not import the launcher's settings stack.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ import http.client
 import json
 import os
 import sys
+
+from launcher.config.defaults import PROBE_PORT
 
 ENDPOINTS = {"live": "/livez", "ready": "/readyz", "startup": "/startupz"}
 
@@ -37,7 +39,7 @@ def probe(which: str, port: int | None = None, host: str = "127.0.0.1", timeout:
 
 
 def _port_from_env() -> int | None:
-    raw = os.environ.get("LLMD_PROBE_PORT", "8090")
+    raw = os.environ.get("LLMD_PROBE_PORT", str(PROBE_PORT))
     if raw.isdigit() and 1 <= int(raw) <= 65535:
         return int(raw)
     print(

@@ -5,52 +5,77 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from typing import Any
 
+from launcher.config.defaults import PROBE_PORT
 from launcher.errors import ConfigError, Problem
 from launcher.redact import is_secret_name
 
-_ENV_HELP = """\
-settings (CLI flags override env; env overrides the recipe's `launcher:` section):
-  LWS_LEADER_ADDRESS, LWS_GROUP_SIZE, LWS_WORKER_INDEX   injected by LeaderWorkerSet
-  POD_IP, POD_NAME, POD_NAMESPACE, NODE_NAME             from the downward API
-  TPU_WORKER_ID, TPU_WORKER_HOSTNAMES                    injected by LWS on TPU pods
-  LLMD_RECIPE        built-in recipe name (default kimi-k3.1-pro)
-  LLMD_RECIPE_FILE   a recipe YAML file (e.g. a mounted ConfigMap); replaces LLMD_RECIPE
-  LLMD_POOL          which pool of the recipe this pod belongs to (default: the recipe's default_pool)
-  LLMD_GPUS_PER_NODE accelerator devices in this pod; checked against the pool's parallelism
-  LLMD_EXTRA_ARGS    extra engine flags, appended last (shell-style quoting; no shell runs)
-  LLMD_EXTRA_ENV     extra env for every process, a JSON object
-  LLMD_RUNTIME_DIR   where per-pod files are written (default /tmp/llm-d-launcher)
+_SETTINGS = "settings (CLI flags override env; env overrides the recipe's `launcher:` section):"
+_EXITS = """\
 secrets (names with TOKEN, SECRET, PASSWORD, KEY, ...) are shown as <redacted>, never put on argv.
 exit codes: 0 ok, 2 bad input (one line per problem, nothing spawned)."""
-
-_RUN_HELP = """\
-run settings:
-  LLMD_GRACE_SECONDS       the pod's terminationGracePeriodSeconds minus preStop (default 30); the
-                           engine's --shutdown-timeout is derived from it
-  LLMD_BIN_PATH            directories searched before PATH for the plan's binaries (engine venvs)
-  LLMD_SHM_DIR             stale files no process holds are removed here first (default /dev/shm)
-  LLMD_TERMINATION_LOG     why the pod ended, root cause first (default /dev/termination-log)
-  LLMD_LEADER_WAIT_SECONDS how long to wait for the leader's DNS name to resolve (default 120)
-  LLMD_SIDECAR_RESTARTS, LLMD_SIDECAR_RESTART_WINDOW, LLMD_RESTART_BACKOFF_SECONDS
-                           a sidecar may restart 5 times per 300 s, backoff 1 s doubling to 30 s
-  LLMD_LOG_FORMAT          auto (JSON unless on a terminal), json or text
-  LLMD_PROBE_PORT          the launcher's /livez /readyz /startupz /metrics (default 8090)
-  LLMD_PROBE_HOST          bind address of the probe server (default: every interface)
-  LLMD_CHECK_INTERVAL, LLMD_CHECK_TIMEOUT
-                           readiness checks run every 2 s (1 s during start-up), 5 s timeout each
+_RUN_EXITS = """\
 run exit codes: the engine's exit code (0 when a requested stop completed in time); 128+N if signal
   N killed it; 2 bad input or failed preflight; 127/126 a binary not found / not executable;
   1 an internal error. The reason for a non-zero exit goes to LLMD_TERMINATION_LOG."""
 
 
+def _epilog(command: str) -> str:
+    """The settings part comes from their declarations (launcher/config/settings.py)."""
+    from launcher.config.settings import settings_help
+
+    text = f"{_SETTINGS}\n{settings_help('pod', 'plan')}\n{_EXITS}"
+    if command == "run":
+        text += f"\nrun settings:\n{settings_help('run')}\n{_RUN_EXITS}"
+    return text
+
+
+class _Parser(argparse.ArgumentParser):
+    """A parser that takes the settings' flags and help from their declarations on first use: only
+    `plan`, `run` and --help need them, and the exec probe (forked by the kubelet every period) must
+    not pay for importing pydantic."""
+
+    def __init__(self, *args: Any, settings_for: str | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._settings_for = settings_for  # None, "root", "plan" or "run"
+        self._flags_added = False
+
+    def parse_known_args(self, *args: Any, **kwargs: Any) -> Any:
+        self._add_setting_flags()
+        return super().parse_known_args(*args, **kwargs)
+
+    def format_help(self) -> str:
+        self._add_setting_flags()
+        if self._settings_for:
+            self.epilog = _epilog(self._settings_for)
+        return super().format_help()
+
+    def _add_setting_flags(self) -> None:
+        if self._settings_for not in ("plan", "run") or self._flags_added:
+            return
+        from launcher.config.settings import CLI_FLAGS, DOCS, env_name
+
+        self._flags_added = True
+        pod = self.add_argument_group("pod and recipe (override the env)")
+        for field, flag in CLI_FLAGS.items():
+            repeated = field == "extra_env"  # --env KEY=VALUE, once per variable
+            pod.add_argument(
+                flag,
+                metavar=DOCS[field].metavar,
+                dest=field,
+                action="append" if repeated else "store",
+                help=f"{env_name(field)} (repeatable)" if repeated else env_name(field),
+            )
+
+
 def _parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(
+    root = _Parser(
         prog="llm-d-launcher",
         description="The ENTRYPOINT of llm-d model-server pods: from the pod's LWS env and a recipe it "
         "derives the pod's role and builds the exact engine commands, env and files.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=_ENV_HELP,
+        settings_for="root",
     )
     sub = root.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -59,7 +84,7 @@ def _parser() -> argparse.ArgumentParser:
         help="dry-run: print what this pod (or its whole LWS group) would run, spawn nothing",
         description="Print the exact commands, env and files this pod would run, and spawn nothing.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=_ENV_HELP,
+        settings_for="plan",
     )
     plan.add_argument(
         "--format",
@@ -71,9 +96,8 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument(
         "--group", action="store_true", help="plan every pod of the LWS group and check the group as a whole"
     )
-    _add_pod_options(plan)
 
-    run = sub.add_parser(
+    sub.add_parser(
         "run",
         help="the pod's ENTRYPOINT: preflight, then run and supervise the engine and its sidecars",
         description="Resolve the leader, check the pod (model path, binaries, ports, files), clean stale "
@@ -81,9 +105,8 @@ def _parser() -> argparse.ArgumentParser:
         "the pod with its exit code), sidecars restart with bounded backoff. SIGTERM drains the engine "
         "within LLMD_GRACE_SECONDS.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog=_ENV_HELP + "\n" + _RUN_HELP,
+        settings_for="run",
     )
-    _add_pod_options(run)
     sub.add_parser("recipes", help="list the built-in recipes and their pools")
     probe = sub.add_parser(
         "probe",
@@ -93,7 +116,9 @@ def _parser() -> argparse.ArgumentParser:
         "httpGet probes on /livez, /readyz and /startupz answer the same.",
     )
     probe.add_argument("which", choices=("live", "ready", "startup"))
-    probe.add_argument("--port", type=_port, help="probe server port (default LLMD_PROBE_PORT, else 8090)")
+    probe.add_argument(
+        "--port", type=_port, help=f"probe server port (default LLMD_PROBE_PORT, else {PROBE_PORT})"
+    )
     probe.add_argument(
         "--timeout", type=float, default=2.0, metavar="SECONDS", help="give up after this (default 2)"
     )
@@ -106,37 +131,13 @@ def _port(text: str) -> int:
     return int(text)
 
 
-def _add_pod_options(parser: argparse.ArgumentParser) -> None:
-    pod = parser.add_argument_group("pod and recipe (override the env)")
-    pod.add_argument("--recipe", metavar="NAME", help="built-in recipe (LLMD_RECIPE)")
-    pod.add_argument("--recipe-file", metavar="PATH", help="recipe YAML file (LLMD_RECIPE_FILE)")
-    pod.add_argument("--pool", metavar="NAME", help="pool of the recipe (LLMD_POOL)")
-    pod.add_argument("--worker-index", metavar="N", help="LWS_WORKER_INDEX")
-    pod.add_argument("--group-size", metavar="N", help="LWS_GROUP_SIZE")
-    pod.add_argument("--leader-address", metavar="ADDR", help="LWS_LEADER_ADDRESS")
-    pod.add_argument("--pod-ip", metavar="IP", help="POD_IP")
-    pod.add_argument("--gpus-per-node", metavar="N", help="LLMD_GPUS_PER_NODE")
-    pod.add_argument("--extra-args", metavar="ARGS", help="LLMD_EXTRA_ARGS, e.g. '--max-num-seqs 64'")
-    pod.add_argument(
-        "--env",
-        metavar="KEY=VALUE",
-        action="append",
-        dest="extra_env_items",
-        help="extra env for every process (repeatable; replaces LLMD_EXTRA_ENV)",
-    )
-    pod.add_argument("--runtime-dir", metavar="DIR", help="LLMD_RUNTIME_DIR")
-    pod.add_argument(
-        "--probe-port", metavar="PORT", help="the launcher's probe server port (LLMD_PROBE_PORT)"
-    )
-
-
 def _cli_settings(ns: argparse.Namespace) -> dict[str, object]:
-    from launcher.config.settings import CLI_FIELDS
+    from launcher.config.settings import CLI_FLAGS
 
-    values: dict[str, object] = {name: getattr(ns, name) for name in CLI_FIELDS if name != "extra_env"}
-    if ns.extra_env_items:
+    values: dict[str, object] = {name: getattr(ns, name) for name in CLI_FLAGS if name != "extra_env"}
+    if ns.extra_env:
         env = {}
-        for item in ns.extra_env_items:
+        for item in ns.extra_env:
             key, sep, value = item.partition("=")
             if not sep or not key:
                 shown = item if "=" not in item else f"{key}=…"

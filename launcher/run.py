@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from launcher.addresses import is_ip
+from launcher.config.defaults import TERMINATION_LOG
 from launcher.errors import ConfigError, Problem
 from launcher.plan import Plan
 from launcher.redact import Scrubber, secret_values
@@ -25,7 +26,7 @@ if TYPE_CHECKING:
 def run(cli_settings: dict[str, Any]) -> int:
     early_signals = _record_signals()  # PID 1 ignores an unhandled SIGTERM: never lose one
     scrub = Scrubber(secret_values(os.environ))
-    termination_log = os.environ.get("LLMD_TERMINATION_LOG", "/dev/termination-log")
+    termination_log = os.environ.get("LLMD_TERMINATION_LOG", TERMINATION_LOG)  # until the settings are valid
     try:
         # Every input mistake surfaces here, before the async machinery is even imported: a bad
         # flag costs a fraction of a second, not an engine start.

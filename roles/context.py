@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from launcher.config.defaults import PROBE_PORT
 from launcher.config.recipe import ArgValue, Recipe, RecipeSource
 from launcher.errors import ConfigError, Problem
 from launcher.plan import FileSpec, KvEventsWatch, Plan, ProcessSpec, Role, ShutdownBudget
@@ -26,7 +27,7 @@ class BuildContext:
     extra_args: str
     extra_env: Mapping[str, str]
     shutdown: ShutdownBudget
-    probe_port: int = 8090  # the launcher's own probe server
+    probe_port: int = PROBE_PORT  # the launcher's own probe server
     check_flags: bool = True  # against the engine's flag catalogue (roles/flags.py)
 
     @property
@@ -94,7 +95,7 @@ class BuildContext:
                     raise ConfigError.one(
                         "LLMD_PROBE_PORT",
                         f"{port.number} is also {process.name}'s {port.name} port",
-                        "set LLMD_PROBE_PORT to a port no process of the pod uses (default 8090)",
+                        f"set LLMD_PROBE_PORT to a port no process of the pod uses (default {PROBE_PORT})",
                     )
         # List only the placeholders this plan really contains (a master uses no POD_IP).
         text = [*(t for p in processes for t in (*p.argv, *p.env.values())), *(f.content for f in files)]

@@ -2,6 +2,13 @@
 
 Precedence: CLI flags > environment > the `launcher:` section of the recipe. An empty env value is a
 value (and usually a templating mistake), not "unset": it is validated like any other.
+
+Each setting is declared once, as a field of `Settings` built by `setting()`/`pod_setting()`: its
+type, default and bounds, its env name, its CLI flag, its help line and the fix shown when it is
+wrong. The `plan`/`run` flags, the settings part of `--help`, error labels and fixes, and the
+README's settings table are generated from those declarations (the model of gunicorn's `Setting`
+classes, gunicorn/config.py, which feed its CLI, config file and docs). `python -m
+launcher.config.settings` prints the README table.
 """
 
 from __future__ import annotations
@@ -9,6 +16,8 @@ from __future__ import annotations
 import os
 import posixpath
 import re
+import textwrap
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
@@ -21,6 +30,7 @@ from pydantic_settings import (
 )
 
 from launcher.addresses import is_ip
+from launcher.config.defaults import PROBE_PORT, TERMINATION_LOG
 from launcher.config.recipe import EnvMap, RecipeSource, read_recipe
 from launcher.errors import ConfigError, Problem
 from launcher.redact import REDACTED
@@ -30,53 +40,259 @@ _DNS_NAME = re.compile(
     r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$"
 )
 
+# pod: injected by LWS or the downward API; plan: read by `plan` and `run`; run: read by `run` only.
+Section = Literal["pod", "plan", "run"]
 
-def _env(name: str, **kw: Any) -> Any:
-    return Field(None, validation_alias=AliasChoices(name), **kw)
+
+@dataclass(frozen=True)
+class SettingDoc:
+    """One setting as a person meets it. Stored as the field's pydantic `json_schema_extra` hook, so
+    the declaration carries it and `Settings.model_json_schema()` shows it."""
+
+    meaning: str  # one line: --help, the README table
+    fix: str  # shown after the error; "{default}" is replaced by the default
+    section: Section
+    env: str | None = None  # the env name when it is not LLMD_<FIELD>
+    flag: str | None = None  # `plan` and `run` take it on the command line as well
+    metavar: str = "VALUE"
+    launcher_key: bool = True  # a recipe's `launcher:` section may set it
+
+    def __call__(self, schema: dict[str, Any]) -> None:
+        schema.update({"x-env": self.env, "x-flag": self.flag, "x-fix": self.fix})
+
+
+def setting(
+    default: Any,
+    meaning: str,
+    *,
+    fix: str = "correct the value",
+    section: Section = "plan",
+    flag: str | None = None,
+    metavar: str = "VALUE",
+    launcher_key: bool = True,
+    **bounds: Any,
+) -> Any:
+    """A launcher setting (LLMD_<FIELD>): its default, bounds (ge, gt, le) and documentation."""
+    doc = SettingDoc(meaning, fix, section, flag=flag, metavar=metavar, launcher_key=launcher_key)
+    return Field(default, description=meaning, json_schema_extra=doc, **bounds)
+
+
+def pod_setting(
+    env: str,
+    meaning: str,
+    *,
+    fix: str = "correct the value",
+    flag: str | None = None,
+    metavar: str = "VALUE",
+    **bounds: Any,
+) -> Any:
+    """A fact about the pod, under its Kubernetes env name; no recipe may set it."""
+    doc = SettingDoc(meaning, fix, "pod", env=env, flag=flag, metavar=metavar, launcher_key=False)
+    return Field(
+        None, validation_alias=AliasChoices(env), description=meaning, json_schema_extra=doc, **bounds
+    )
 
 
 class Settings(BaseSettings):
-    """The pod's inputs. Field names double as CLI option names (`worker_index` -> --worker-index)."""
+    """The pod's inputs, one declaration each."""
 
     model_config = SettingsConfigDict(env_prefix="LLMD_", populate_by_name=True, extra="ignore", frozen=True)
 
-    # LeaderWorkerSet (shared/REFERENCE.md §1.1)
-    leader_address: str | None = _env("LWS_LEADER_ADDRESS")
-    group_size: int | None = _env("LWS_GROUP_SIZE", ge=1)
-    worker_index: int | None = _env("LWS_WORKER_INDEX", ge=0)
+    # LeaderWorkerSet (injected by the LWS controller, kubernetes-sigs/lws)
+    leader_address: str | None = pod_setting(
+        "LWS_LEADER_ADDRESS",
+        "the leader pod's DNS name or IP (injected by LWS)",
+        fix="set it to the leader pod's DNS name or IP (LWS injects it)",
+        flag="--leader-address",
+        metavar="ADDR",
+    )
+    group_size: int | None = pod_setting(
+        "LWS_GROUP_SIZE",
+        "pods per LWS group (injected by LWS); must equal the pool's `nodes`",
+        fix="set it to the LWS group size, a positive integer (leaderWorkerTemplate.size)",
+        flag="--group-size",
+        metavar="N",
+        ge=1,
+    )
+    worker_index: int | None = pod_setting(
+        "LWS_WORKER_INDEX",
+        "this pod's index in its group, 0 = leader (injected by LWS)",
+        fix="set it to the pod's worker index, an integer from 0 (LWS sets it from the "
+        "leaderworkerset.sigs.k8s.io/worker-index label)",
+        flag="--worker-index",
+        metavar="N",
+        ge=0,
+    )
     # Downward API
-    pod_ip: str | None = _env("POD_IP")
-    pod_name: str | None = _env("POD_NAME")
-    pod_namespace: str | None = _env("POD_NAMESPACE")
-    node_name: str | None = _env("NODE_NAME")
-    # TPU env injected by LWS (shared/REFERENCE.md §1.6)
-    tpu_worker_id: int | None = _env("TPU_WORKER_ID", ge=0)
-    tpu_worker_hostnames: str | None = _env("TPU_WORKER_HOSTNAMES")
+    pod_ip: str | None = pod_setting(
+        "POD_IP",
+        "the pod's IP (downward API, status.podIP); must be an IP address",
+        fix="set it from the downward API (fieldRef: status.podIP)",
+        flag="--pod-ip",
+        metavar="IP",
+    )
+    pod_name: str | None = pod_setting("POD_NAME", "the pod's name (downward API, metadata.name)")
+    pod_namespace: str | None = pod_setting(
+        "POD_NAMESPACE", "the pod's namespace (downward API, metadata.namespace)"
+    )
+    node_name: str | None = pod_setting("NODE_NAME", "the pod's node (downward API, spec.nodeName)")
+    # TPU env injected by LWS on TPU pods
+    tpu_worker_id: int | None = pod_setting(
+        "TPU_WORKER_ID",
+        "injected by LWS on TPU pods; must equal LWS_WORKER_INDEX",
+        fix="it must be a non-negative integer (LWS injects it on TPU pods)",
+        ge=0,
+    )
+    tpu_worker_hostnames: str | None = pod_setting(
+        "TPU_WORKER_HOSTNAMES", "injected by LWS on TPU pods: the group's hosts, comma-separated"
+    )
 
     # The launcher's own (LLMD_*)
-    recipe: str = DEFAULT_RECIPE
-    recipe_file: str | None = None
-    pool: str | None = None
-    gpus_per_node: int | None = Field(None, ge=1)
-    extra_args: str = ""
-    extra_env: EnvMap = {}
-    runtime_dir: str = "/tmp/llm-d-launcher"
-    check_flags: bool = True  # engine flags against the catalogue of the engine's own parser
+    recipe: str = setting(
+        DEFAULT_RECIPE,
+        "built-in recipe; `llm-d-launcher recipes` lists them",
+        flag="--recipe",
+        metavar="NAME",
+        launcher_key=False,
+    )
+    recipe_file: str | None = setting(
+        None,
+        "a recipe YAML file, e.g. a mounted ConfigMap; replaces LLMD_RECIPE",
+        flag="--recipe-file",
+        metavar="PATH",
+        launcher_key=False,
+    )
+    pool: str | None = setting(
+        None,
+        "the recipe pool this pod belongs to (default: the recipe's `default_pool`)",
+        flag="--pool",
+        metavar="NAME",
+    )
+    gpus_per_node: int | None = setting(
+        None,
+        "accelerator devices the pod holds; checked against TP x local DP",
+        fix="set it to the number of accelerator devices in the pod, a positive integer",
+        flag="--gpus-per-node",
+        metavar="N",
+        ge=1,
+    )
+    extra_args: str = setting(
+        "",
+        "extra engine flags, appended last (shell-style quoting; no shell runs); a flag given here "
+        "replaces the recipe's flag of the same name (noted in the plan); flags the launcher derives "
+        "(ranks, ports, addresses, sizes, KV-event config) and secret-looking flags are refused",
+        flag="--extra-args",
+        metavar="ARGS",
+    )
+    extra_env: EnvMap = setting(
+        {},
+        "extra env for every process: a JSON object; on the command line, --env KEY=VALUE, repeatable",
+        fix='give a JSON object of strings, e.g. {"VLLM_LOGGING_LEVEL": "DEBUG"}',
+        flag="--env",
+        metavar="KEY=VALUE",
+    )
+    runtime_dir: str = setting(
+        "/tmp/llm-d-launcher",
+        "where per-pod files are written",
+        fix="give an absolute directory, e.g. /tmp/llm-d-launcher",
+        flag="--runtime-dir",
+        metavar="DIR",
+    )
+    check_flags: bool = setting(
+        True,
+        "check engine flags against the catalogue of the engine's own parser; `false` for an image "
+        "with a newer engine",
+        fix="use true or false",
+    )
+    probe_port: int = setting(
+        PROBE_PORT,
+        "the launcher's probe server (/livez /readyz /startupz /metrics); no port of the guide's pods",
+        fix="give a port number 1-65535 that no process of the pod uses (default {default})",
+        flag="--probe-port",
+        metavar="PORT",
+        ge=1,
+        le=65535,
+    )
     # Supervision (`run`)
-    grace_seconds: int = Field(30, ge=1)  # the pod's terminationGracePeriodSeconds minus any preStop
-    bin_path: str = ""  # directories searched before PATH for the plan's binaries (engine venvs)
-    shm_dir: str = "/dev/shm"  # stale files here are removed before spawning ("" disables)
-    termination_log: str = "/dev/termination-log"
-    leader_wait_seconds: float = Field(120.0, gt=0)
-    sidecar_restarts: int = Field(5, ge=0)  # restarts allowed per window before a sidecar is fatal
-    sidecar_restart_window: float = Field(300.0, gt=0)
-    restart_backoff_seconds: float = Field(1.0, gt=0)  # first restart delay; doubles, capped at 30 s
-    log_format: Literal["auto", "json", "text"] = "auto"  # auto: JSON unless stderr is a terminal
-    # Probes (healthchecks/): 8090 is no port of the guide's pods.
-    probe_port: int = Field(8090, ge=1, le=65535)
-    probe_host: str = ""  # the probe server's bind address; "" = every interface (kubelet uses the pod IP)
-    check_interval: float = Field(2.0, gt=0)  # seconds between two runs of one readiness check
-    check_timeout: float = Field(5.0, gt=0)  # a check slower than this fails
+    grace_seconds: int = setting(
+        30,
+        "the pod's `terminationGracePeriodSeconds` minus any preStop; the engine's "
+        "`--shutdown-timeout` follows from it",
+        fix="set it to the pod's terminationGracePeriodSeconds (minus any preStop sleep)",
+        section="run",
+        ge=1,
+    )
+    bin_path: str = setting(
+        "",
+        "directories searched before `PATH` for the plan's binaries (e.g. an engine venv's `bin`)",
+        section="run",
+    )
+    shm_dir: str = setting(
+        "/dev/shm",
+        "stale files no process holds are removed here before spawning; empty: skip",
+        fix="give an absolute directory, or an empty value to skip the /dev/shm clean-up",
+        section="run",
+    )
+    termination_log: str = setting(
+        TERMINATION_LOG,
+        "why the pod ended, root cause first; empty: skip",
+        fix="give an absolute file path (default {default}), or empty to skip it",
+        section="run",
+    )
+    leader_wait_seconds: float = setting(
+        120.0,
+        "seconds `run` waits for the leader's DNS name to resolve",
+        fix="give a positive number of seconds",
+        section="run",
+        gt=0,
+    )
+    sidecar_restarts: int = setting(
+        5,
+        "restarts a sidecar may make per LLMD_SIDECAR_RESTART_WINDOW before its failure is fatal",
+        fix="give a non-negative integer",
+        section="run",
+        ge=0,
+    )
+    sidecar_restart_window: float = setting(
+        300.0,
+        "seconds over which sidecar restarts are counted",
+        fix="give a positive number of seconds",
+        section="run",
+        gt=0,
+    )
+    restart_backoff_seconds: float = setting(
+        1.0,
+        "a sidecar's first restart delay in seconds; it doubles on each restart, up to a cap",
+        fix="give a positive number of seconds",
+        section="run",
+        gt=0,
+    )
+    log_format: Literal["auto", "json", "text"] = setting(
+        "auto",
+        "`auto` (JSON unless stderr is a terminal), `json` or `text`",
+        fix="use auto, json or text",
+        section="run",
+    )
+    probe_host: str = setting(
+        "",
+        "the probe server's bind address; empty: every interface (the kubelet probes the pod IP)",
+        fix="give an IP address to bind the probe server to, or empty for every interface",
+        section="run",
+    )
+    check_interval: float = setting(
+        2.0,
+        "seconds between two runs of one readiness check; shorter during start-up",
+        fix="give a positive number of seconds",
+        section="run",
+        gt=0,
+    )
+    check_timeout: float = setting(
+        5.0,
+        "seconds after which a readiness check fails",
+        fix="give a positive number of seconds",
+        section="run",
+        gt=0,
+    )
 
     @field_validator("leader_address")
     @classmethod
@@ -133,19 +349,6 @@ class Settings(BaseSettings):
         return RecipeSource(self.recipe, self.recipe_file)
 
 
-# Settings that `plan` and `run` also take as CLI flags (--worker-index, ...; extra_env is --env).
-CLI_FIELDS = (
-    "recipe", "recipe_file", "pool", "worker_index", "group_size", "leader_address", "pod_ip",
-    "gpus_per_node", "extra_args", "extra_env", "runtime_dir", "probe_port",
-)  # fmt: skip
-
-# Settings a recipe's `launcher:` section may not set: they choose the recipe, or describe the pod.
-_POD_FIELDS = frozenset(
-    {"recipe", "recipe_file", "leader_address", "group_size", "worker_index", "pod_ip", "pod_name",
-     "pod_namespace", "node_name", "tpu_worker_id", "tpu_worker_hostnames"}
-)  # fmt: skip
-
-
 class RecipeLauncherSection(PydanticBaseSettingsSource):
     """Lowest-priority source: defaults from the `launcher:` mapping of the pod's recipe."""
 
@@ -161,7 +364,7 @@ class RecipeLauncherSection(PydanticBaseSettingsSource):
             raise ConfigError.one(
                 source.setting, f"{source.label}: `launcher:` must be a mapping", "fix the recipe"
             )
-        allowed = sorted(set(Settings.model_fields) - _POD_FIELDS)
+        allowed = sorted(field for field, doc in DOCS.items() if doc.launcher_key)
         unknown = sorted(set(section) - set(allowed))
         if unknown:
             raise ConfigError.one(
@@ -172,58 +375,75 @@ class RecipeLauncherSection(PydanticBaseSettingsSource):
         return dict(section)
 
 
-def _env_name(field: str) -> str:
-    alias = Settings.model_fields[field].validation_alias
-    return alias.choices[0] if isinstance(alias, AliasChoices) else f"LLMD_{field.upper()}"  # type: ignore[return-value]
+DOCS: dict[str, SettingDoc] = {
+    name: info.json_schema_extra
+    for name, info in Settings.model_fields.items()
+    if isinstance(info.json_schema_extra, SettingDoc)
+}
+# Settings that `plan` and `run` also take as CLI flags, in declaration order: field -> flag.
+CLI_FLAGS = {name: doc.flag for name, doc in DOCS.items() if doc.flag}
+
+
+def env_name(field: str) -> str:
+    return DOCS[field].env or f"LLMD_{field.upper()}"
+
+
+def shown_default(field: str) -> str | None:
+    """The default as a person would type it; None when there is nothing worth showing."""
+    value = Settings.model_fields[field].default
+    if value is None or value == "" or value == {}:
+        return None
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def fix_for(field: str) -> str:
+    doc = DOCS.get(field)
+    return doc.fix.replace("{default}", shown_default(field) or "") if doc else "correct the value"
+
+
+def settings_help(*sections: Section, width: int = 100) -> str:
+    """The settings part of a `--help` epilog: env name, meaning, default."""
+    wide = max(len(env_name(f)) for f in DOCS)
+    lines = []
+    for field, doc in DOCS.items():
+        if doc.section in sections:
+            default = shown_default(field)
+            text = f"{doc.meaning} (default {default})" if default else doc.meaning
+            head = f"  {env_name(field):<{wide}} "
+            lines.append(textwrap.fill(text, width, initial_indent=head, subsequent_indent=" " * len(head)))
+    return "\n".join(lines)
+
+
+def settings_table() -> str:
+    """The README's settings table (under `### Settings`)."""
+    rows = ["| env | CLI | meaning |", "|---|---|---|"]
+    for field, doc in DOCS.items():
+        default = shown_default(field)
+        meaning = f"{doc.meaning} (default `{default}`)" if default else doc.meaning
+        flag = f"`{doc.flag}`" if doc.flag else ""
+        rows.append(f"| `{env_name(field)}` | {flag} | {meaning} |")
+    return "\n".join(rows) + "\n"
 
 
 def setting_label(field: str, cli: dict[str, Any] | None = None) -> str:
     """How a person set the value that failed: its CLI flag, its env var, or the recipe's launcher: key."""
-    if field not in Settings.model_fields:
+    if field not in DOCS:
         return field
-    env = _env_name(field)
-    if field not in CLI_FIELDS:
-        return env if env in os.environ or cli is None else f"recipe launcher.{field} ({env})"
-    flag = "--env" if field == "extra_env" else f"--{field.replace('_', '-')}"
-    if cli and field in cli:
+    env, flag = env_name(field), CLI_FLAGS.get(field)
+    if cli and flag and field in cli:
         return f"{flag} ({env})"
     if env in os.environ or cli is None:
-        return f"{env} ({flag})"
+        return f"{env} ({flag})" if flag else env
     return f"recipe launcher.{field} ({env})"
-
-
-_FIXES = {
-    "worker_index": "set it to the pod's worker index, an integer from 0 (LWS sets it from the "
-    "leaderworkerset.sigs.k8s.io/worker-index label)",
-    "group_size": "set it to the LWS group size, a positive integer (leaderWorkerTemplate.size)",
-    "leader_address": "set it to the leader pod's DNS name or IP (LWS injects it)",
-    "tpu_worker_id": "it must be a non-negative integer (LWS injects it on TPU pods)",
-    "pod_ip": "set it from the downward API (fieldRef: status.podIP)",
-    "gpus_per_node": "set it to the number of accelerator devices in the pod, a positive integer",
-    "runtime_dir": "give an absolute directory, e.g. /tmp/llm-d-launcher",
-    "extra_env": 'give a JSON object of strings, e.g. {"VLLM_LOGGING_LEVEL": "DEBUG"}',
-    "grace_seconds": "set it to the pod's terminationGracePeriodSeconds (minus any preStop sleep)",
-    "shm_dir": "give an absolute directory, or an empty value to skip the /dev/shm clean-up",
-    "termination_log": "give an absolute file path (default /dev/termination-log), or empty to skip it",
-    "leader_wait_seconds": "give a positive number of seconds",
-    "sidecar_restarts": "give a non-negative integer",
-    "sidecar_restart_window": "give a positive number of seconds",
-    "restart_backoff_seconds": "give a positive number of seconds",
-    "log_format": "use auto, json or text",
-    "probe_port": "give a port number 1-65535 that no process of the pod uses (default 8090)",
-    "probe_host": "give an IP address to bind the probe server to, or empty for every interface",
-    "check_interval": "give a positive number of seconds",
-    "check_timeout": "give a positive number of seconds",
-}
 
 
 def _field_of(loc: tuple[int | str, ...]) -> str:
     first = str(loc[0]) if loc else ""
-    for name, info in Settings.model_fields.items():
-        alias = info.validation_alias
-        if first == name or (isinstance(alias, AliasChoices) and first in alias.choices):
-            return name
-    return first
+    return next((field for field in DOCS if first in (field, env_name(field))), first)
 
 
 def load_settings(**cli: Any) -> Settings:
@@ -241,16 +461,14 @@ def load_settings(**cli: Any) -> Settings:
                 Problem(
                     setting_label(field, given),
                     f"{message[:1].lower()}{message[1:]} (got {shown})",
-                    _FIXES.get(field, "correct the value"),
+                    fix_for(field),
                 )
             )
         raise ConfigError(problems) from None
     except SettingsError as exc:
         # pydantic-settings raises this when a complex value (LLMD_EXTRA_ENV) is not JSON.
         field = next((f for f in Settings.model_fields if f'"{f}"' in str(exc)), "extra_env")
-        raise ConfigError.one(
-            setting_label(field, given), "is not valid JSON", _FIXES.get(field, "correct it")
-        ) from None
+        raise ConfigError.one(setting_label(field, given), "is not valid JSON", fix_for(field)) from None
     _check_lws_env(settings)
     return settings
 
@@ -270,3 +488,7 @@ def _check_lws_env(settings: Settings) -> None:
         problems.append(Problem("LWS_WORKER_INDEX", "is not set while other LWS variables are", fix))
     if problems:
         raise ConfigError(problems)
+
+
+if __name__ == "__main__":
+    print(settings_table(), end="")

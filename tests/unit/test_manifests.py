@@ -15,13 +15,13 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from launcher.config.defaults import PROBE_PORT
 from launcher.config.recipe import RecipeSource, SglangPool, VllmPool, load_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "tests" / "fixtures" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
 MANIFESTS = sorted((ROOT / "deploy").rglob("*.yaml"))
 K8S_VERSION = "1.33"
-PROBE_PORT = 8090
 # What the downward API and LWS give each pod (the addresses are examples).
 DOWNWARD = {"status.podIP": "10.64.0.10", "metadata.name": "pod-0", "metadata.namespace": "llm-d-kimi-k3-1",
             "spec.nodeName": "node-a"}  # fmt: skip

@@ -1,0 +1,11 @@
+"""Defaults that are read before, or without, the settings stack: plain constants, standard library only.
+
+`launcher.config.settings` declares each setting once and takes these as its defaults; the exec
+probe (`healthchecks/probe.py`, forked by the kubelet every period) and `run`'s first lines (the
+termination log, before the settings are validated) read them without importing pydantic.
+"""
+
+from __future__ import annotations
+
+PROBE_PORT = 8090  # the launcher's probe server; no port of the guide's pods
+TERMINATION_LOG = "/dev/termination-log"  # the kubelet's default terminationMessagePath
