@@ -27,7 +27,7 @@ from roles.context import BuildContext, owned_flags
 VLLM = ["vllm", "serve"]
 RENDER = ["vllm", "launch", "render"]
 VLLM_CATALOG = "vllm-serve"
-MASTER_PORT_DEFAULT = 29501  # vLLM's --master-port default (shared/REFERENCE.md §2.2)
+MASTER_PORT_DEFAULT = 29501  # vLLM's --master-port default (vLLM 0.32.0 vllm/config/parallel.py)
 
 # Flags the launcher derives; LLMD_EXTRA_ARGS may not set them (short aliases included).
 # fmt: off

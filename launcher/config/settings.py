@@ -40,7 +40,7 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="LLMD_", populate_by_name=True, extra="ignore", frozen=True)
 
-    # LeaderWorkerSet (shared/REFERENCE.md §1.1)
+    # LeaderWorkerSet: https://lws.sigs.k8s.io/docs/reference/labels-annotations-and-environment-variables/
     leader_address: str | None = _env("LWS_LEADER_ADDRESS")
     group_size: int | None = _env("LWS_GROUP_SIZE", ge=1)
     worker_index: int | None = _env("LWS_WORKER_INDEX", ge=0)
@@ -49,7 +49,7 @@ class Settings(BaseSettings):
     pod_name: str | None = _env("POD_NAME")
     pod_namespace: str | None = _env("POD_NAMESPACE")
     node_name: str | None = _env("NODE_NAME")
-    # TPU env injected by LWS (shared/REFERENCE.md §1.6)
+    # TPU env injected by LWS (kubernetes-sigs/lws pkg/utils/accelerators/tpu.go)
     tpu_worker_id: int | None = _env("TPU_WORKER_ID", ge=0)
     tpu_worker_hostnames: str | None = _env("TPU_WORKER_HOSTNAMES")
 

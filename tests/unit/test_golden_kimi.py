@@ -1,6 +1,7 @@
 """Golden plans: every role of the Kimi-K3.1-Pro guide, argv + env + files checked exactly.
 
-The expected values are written out from the guide (../shared/seeds/000_*.txt), not generated.
+The expected values are written out from the llm-d guide (excerpt: tests/fixtures/kimi-k3.1-pro-guide.md),
+not generated; test_the_guides_flags_are_planned checks the plans against that excerpt itself.
 """
 
 from __future__ import annotations
