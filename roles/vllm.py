@@ -79,7 +79,7 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
     args += arg("port", pool.port)
     args += _topology_args(pool, ctx)
     args += arg("tensor-parallel-size", pool.tensor_parallel)
-    # Drain in-flight requests on SIGTERM, within the pod's grace period (launcher/shutdown.py).
+    # Drain in-flight requests on SIGTERM, within the pod's grace period (launcher/plan.py ShutdownBudget).
     args += arg("shutdown-timeout", ctx.shutdown.drain)
     args += args_from(pool.args)
     if pool.kv_events:

@@ -55,7 +55,7 @@ def multi_connector(role: str, nixl: str, store: str) -> str:
 
 PREFILL_FLAGS = [
     "--tensor-parallel-size", "8",
-    "--shutdown-timeout", "17",  # LLMD_GRACE_SECONDS 30 (launcher/shutdown.py)
+    "--shutdown-timeout", "17",  # LLMD_GRACE_SECONDS 30 (launcher/plan.py ShutdownBudget)
     "--enable-expert-parallel",
     "--enable-ep-weight-filter",
     "--enable-cumem-allocator",
