@@ -14,5 +14,5 @@ def is_ip(value: str) -> bool:
 
 
 def host_port(host: str, port: int) -> str:
-    """host:port with IPv6 literals bracketed (shared/REFERENCE.md §7.2 #29)."""
+    """host:port with IPv6 literals bracketed (RFC 3986 §3.2.2; llm-d's TPU guides run IPv6 pod IPs)."""
     return f"[{host}]:{port}" if is_ip(host) and ":" in host else f"{host}:{port}"

@@ -7,7 +7,8 @@ from collections.abc import Mapping, Sequence
 
 REDACTED = "<redacted>"
 
-# HF_TOKEN, *_API_KEY, AWS_SECRET_ACCESS_KEY, DB_PASSWORD, ... (shared/REFERENCE.md §7.2 item 10).
+# HF_TOKEN, *_API_KEY, AWS_SECRET_ACCESS_KEY, DB_PASSWORD, ...: the nouns Dynamo's config dump redacts
+# (ai-dynamo/dynamo); LWS examples pass a literal $HF_TOKEN that would otherwise reach the logs.
 _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH", re.IGNORECASE)
 
 

@@ -14,7 +14,7 @@ from roles import topology
 
 
 def kv_events_topic(pod_ip: str, api_port: int, model_name: str) -> str:
-    """llm-d's topic `kv@<podIP>:<port>@<model>` (shared/REFERENCE.md §5.3)."""
+    """llm-d's topic `kv@<podIP>:<port>@<model>` (llm-d/llm-d-router pkg/kvevents, parseTopic)."""
     return f"kv@{host_port(pod_ip, api_port)}@{model_name}"
 
 
@@ -49,7 +49,8 @@ def _compensated(port: int, start_rank: int, pool_name: str, field: str) -> int:
 
 
 def nixl_env(spec: NixlSpec, pod_ip: str) -> dict[str, str]:
-    """The handshake listener must advertise this pod's IP, not localhost (shared/REFERENCE.md §7.2 #14)."""
+    """The handshake listener must advertise this pod's IP, not its default localhost (vLLM vllm/envs.py
+    VLLM_NIXL_SIDE_CHANNEL_HOST; a host reused across nodes: ai-dynamo/dynamo#2706)."""
     return {
         "VLLM_NIXL_SIDE_CHANNEL_HOST": pod_ip,
         "VLLM_NIXL_SIDE_CHANNEL_PORT": str(spec.side_channel_port),

@@ -1,4 +1,4 @@
-"""Which checks make a pod ready or started, per role (ARCHITECTURE.md, "Probes per role").
+"""Which checks make a pod ready or started, per role (README.md, "Probes").
 
 - A pod that serves (leader, data-parallel ranks, Mooncake services): every process that answers
   HTTP must answer 200 (engine /health or the DP supervisor's /readyz, render and disagg sidecar

@@ -27,7 +27,7 @@ from roles.context import BuildContext, owned_flags
 VLLM = ["vllm", "serve"]
 RENDER = ["vllm", "launch", "render"]
 VLLM_CATALOG = "vllm-serve"
-MASTER_PORT_DEFAULT = 29501  # vLLM's --master-port default (shared/REFERENCE.md §2.2)
+MASTER_PORT_DEFAULT = 29501  # vLLM's --master-port default (vLLM 0.32.0 vllm/config/parallel.py)
 
 # Flags the launcher derives; LLMD_EXTRA_ARGS may not set them (short aliases included).
 # fmt: off
@@ -79,7 +79,7 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
     args += arg("port", pool.port)
     args += _topology_args(pool, ctx)
     args += arg("tensor-parallel-size", pool.tensor_parallel)
-    # Drain in-flight requests on SIGTERM, within the pod's grace period (launcher/shutdown.py).
+    # Drain in-flight requests on SIGTERM, within the pod's grace period (launcher/plan.py ShutdownBudget).
     args += arg("shutdown-timeout", ctx.shutdown.drain)
     args += args_from(pool.args)
     if pool.kv_events:

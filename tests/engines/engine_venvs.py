@@ -27,7 +27,7 @@ def engine_bin(venv: str, name: str) -> Path:
 
 
 def engine_env(workdir: Path) -> dict[str, str]:
-    """An engine's environment on the test machine: per-run caches, no hub, CPU (REFERENCE.md §6.3)."""
+    """An engine's environment on the test machine: per-run caches, no hub, CPU (vLLM vllm/envs.py)."""
     return {
         "PATH": "/usr/bin:/bin",
         "HOME": str(workdir),

@@ -1,4 +1,5 @@
-"""Builds a tiny random Llama with its own BPE tokenizer, offline (shared/REFERENCE.md §6.2).
+"""Builds a tiny random Llama with its own BPE tokenizer, offline: no hub. Its head_dim is 32, the
+smallest vLLM's CPU attention backend supports (vllm/v1/attention/backends/cpu_attn.py).
 
 Runs inside the vLLM venv (it has torch, transformers and tokenizers): python tiny_model.py OUT_DIR
 """

@@ -1,11 +1,16 @@
 """Golden plans: every role of the Kimi-K3.1-Pro guide, argv + env + files checked exactly.
 
-The expected values are written out from the guide (../shared/seeds/000_*.txt), not generated.
+The expected values are written out from the llm-d guide (excerpt: tests/fixtures/kimi-k3.1-pro-guide.md),
+not generated; test_the_guides_flags_are_planned checks the plans against that excerpt itself.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
+import re
+import shlex
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -50,7 +55,7 @@ def multi_connector(role: str, nixl: str, store: str) -> str:
 
 PREFILL_FLAGS = [
     "--tensor-parallel-size", "8",
-    "--shutdown-timeout", "17",  # LLMD_GRACE_SECONDS 30 (launcher/shutdown.py)
+    "--shutdown-timeout", "17",  # LLMD_GRACE_SECONDS 30 (launcher/plan.py ShutdownBudget)
     "--enable-expert-parallel",
     "--enable-ep-weight-filter",
     "--enable-cumem-allocator",
@@ -246,3 +251,112 @@ def test_mooncake_donor(plan_json: Any) -> None:
         "--enable_http_server=true", "--http_port=9300",
     ]  # fmt: skip
     assert donor["health"] == {"port": 9300, "path": "/health"}
+
+
+# The guide itself: its backticked flags, read from the excerpt, must be in the plans.
+GUIDE = Path(__file__).resolve().parents[1] / "fixtures" / "kimi-k3.1-pro-guide.md"
+
+
+def guide_line(start: str) -> str:
+    """The one line of the guide excerpt that starts with `start`."""
+    (line,) = [line for line in GUIDE.read_text().splitlines() if line.startswith(start)]
+    return line
+
+
+def guide_values(pattern: str, line: str) -> tuple[str, ...]:
+    found = re.search(pattern, line)
+    assert found, (pattern, line)
+    return found.groups()
+
+
+def guide_fragments(line: str) -> list[list[str]]:
+    """The backticked command fragments of a guide line that hold flags, split as a shell would."""
+    return [shlex.split(span) for span in line.split("`")[1::2] if "--" in span]
+
+
+def same(planned: str, written: str) -> bool:
+    """Equal values; JSON compared as data, so spacing and quoting do not matter."""
+    if written.startswith("{") and planned.startswith("{"):
+        return bool(json.loads(planned) == json.loads(written))
+    return planned == written
+
+
+def runs(fragment: list[str], argv: list[str]) -> bool:
+    """argv does what the guide's fragment says: a leading program name is argv[0]; `--flag value`
+    and `--flag=value` are a pair in argv (either spelling); a bare flag appears as given."""
+    words = list(fragment)
+    if words and not words[0].startswith("--") and argv[0] != words.pop(0):
+        return False
+    pairs = list(itertools.pairwise(argv))
+    while words:
+        flag = words.pop(0)
+        if "=" in flag:
+            flag, value = flag.split("=", 1)
+        elif words and not words[0].startswith("--"):
+            value = words.pop(0)
+        elif flag in argv:
+            continue
+        else:
+            return False
+        if f"{flag}={value}" not in argv and not any(a == flag and same(b, value) for a, b in pairs):
+            return False
+    return True
+
+
+TPU_LEADER_ENV = {**lws(TPU_LEADER, 4, 0, "10.64.3.0", "tpu"), "TPU_WORKER_ID": "0"}
+GUIDE_ROWS = [
+    ("`prefill-lws.yaml`", lws(PREFILL_LEADER, 2, 0, "10.64.1.10", "prefill")),
+    ("`decode-lws.yaml`", lws(DECODE_LEADER, 4, 0, "10.64.2.20", "decode")),
+    ("`mooncake.yaml`", {"LLMD_POOL": "mooncake-master"}),
+    ("`modelserver/gpu/vllm/gke/`", {"LLMD_POOL": "mooncake-donor", "POD_IP": "10.64.5.7"}),
+    ("KV cache\t", TPU_LEADER_ENV),
+]
+
+
+@pytest.mark.parametrize(("row", "env"), GUIDE_ROWS, ids=[row.strip("`\t") for row, _ in GUIDE_ROWS])
+def test_the_guides_flags_are_planned(plan_json: Any, row: str, env: dict[str, str]) -> None:
+    fragments = guide_fragments(guide_line(row))
+    assert fragments, row
+    argvs = [p["argv"] for p in plan_json(env=env)["processes"]]
+    missing = [f for f in fragments if not any(runs(f, argv) for argv in argvs)]
+    assert missing == []
+
+
+def test_the_guides_tpu_prose_is_planned(plan_json: Any) -> None:
+    """The TPU values the guide writes in prose: parallelism, context length, parsers."""
+    (engine,) = plan_json(env=TPU_LEADER_ENV)["processes"]
+    tp, ep = guide_values(r"\tTP=(\d+) \S EP=(\d+)", guide_line("Parallelism\t"))
+    (context,) = guide_values(r"\t([\d,]+) tokens", guide_line("Context length\t"))
+    note = guide_line("On TPU 7x (ACCELERATOR_TYPE=tpu)")
+    flags = [[flag, value] for flag, value in re.findall(r"(--[a-z-]+)[ =]([a-z0-9_]+)", note)]
+    assert [f[0] for f in flags] == ["--grammar-backend", "--tool-call-parser"]
+    for fragment in [
+        ["--tp-size", tp],
+        ["--ep-size", ep],
+        ["--context-length", context.replace(",", "")],
+        *flags,
+    ]:
+        assert runs(fragment, engine["argv"]), fragment
+
+
+def test_the_router_values_match_the_prefill_pods(plan_json: Any) -> None:
+    """The router hashes blocks with the engines' seed and subscribes where they publish."""
+    note = guide_line("On GPU (kimi-k3-1-gpu.values.yaml)")
+    (seed,) = guide_values(r'hashSeed: "(\d+)"', note)
+    (port,) = guide_values(r"kvEventsConfig on :(\d+)", note)
+    plan = plan_json(env=lws(PREFILL_LEADER, 2, 0, "10.64.1.10", "prefill"))
+    assert processes(plan)["engine"]["env"]["PYTHONHASHSEED"] == seed
+    assert plan["kv_events"]["sources"][0]["port"] == int(port)
+
+
+def test_runs_rejects_what_the_guide_does_not_say() -> None:
+    """Negative control for the guide checks above."""
+    argv = ["vllm", "serve", "m", "--max-num-seqs", "32", "--kv-connector=nixlv2", "--use-replayssm",
+            "--speculative-config", j(DSPARK)]  # fmt: skip
+    assert runs(["--max-num-seqs", "32", "--use-replayssm", "--kv-connector", "nixlv2"], argv)
+    assert runs(["--speculative-config", json.dumps(DSPARK, indent=1)], argv)
+    assert not runs(["--max-num-seqs", "64"], argv)
+    assert not runs(["--enable-prefix-caching"], argv)
+    assert not runs(["--kv-connector=sglang"], argv)
+    assert not runs(["sglang", "--max-num-seqs", "32"], argv)
+    assert not runs(["--speculative-config", j({**DSPARK, "num_speculative_tokens": 4})], argv)

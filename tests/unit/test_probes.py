@@ -1,4 +1,4 @@
-"""Probe rules per role (written out from the issue and ARCHITECTURE.md, not generated), the start-up
+"""Probe rules per role (written out from the issue and README.md "Probes", not generated), the start-up
 progress parser on the engines' own line formats, and PodHealth's answers."""
 
 from __future__ import annotations
