@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 TERMINATION_LIMIT = 4096  # bytes the kubelet keeps of /dev/termination-log
 
 
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
     """How the pod ended: the exit code and why, root cause first."""
 

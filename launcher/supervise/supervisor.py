@@ -9,10 +9,9 @@ life cycle is scripted in unit tests and real in pods.
 - The engine is critical: when it exits, everything stops and the launcher exits with its code, so
   LWS (RecreateGroupOnPodRestart) recreates the group. Sidecars restart with exponential backoff,
   bounded per window; past the bound they are treated as critical.
-- Shutdown order (ShutdownBudget in launcher/plan.py): the stop state leaves Running (the probes
-  report not ready from then on) ->
-  SIGTERM the engine's main process (it drains, then stops its own workers) -> SIGTERM sidecars and
-  what is left of every group -> SIGKILL whatever is left just before the grace deadline.
+- Shutdown order (ShutdownBudget in launcher/plan.py): `stop` leaves Running (the probes report not
+  ready from then on) -> SIGTERM the engine's main process (it drains, then stops its own workers)
+  -> SIGTERM sidecars and what is left of every group -> SIGKILL whatever is left at kill_at.
 - The launcher is a child subreaper (or PID 1), so orphaned grandchildren are reaped here too.
 """
 
@@ -145,6 +144,7 @@ class Supervisor:
     # ------------------------------------------------------------------ life cycle
     @property
     def stopping(self) -> bool:
+        """Read from `stop`, never stored: the one fact is how the stop began."""
         return self.stop != RUNNING
 
     async def run(self) -> Outcome:
