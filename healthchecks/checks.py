@@ -7,16 +7,20 @@ import asyncio
 import contextlib
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING
 
 from healthchecks.state import CheckResult, PodHealth
 from launcher.plan import Check, EventsFlowing, HttpCheck, TcpCheck
+from launcher.supervise.logs import Log
+
+if TYPE_CHECKING:
+    from aiohttp import ClientSession
 
 STARTUP_INTERVAL = 1.0  # seconds: while loading, notice the first answer soon
 
 
 class CheckRunner:
-    def __init__(self, health: PodHealth, interval: float, timeout: float, log: Any) -> None:
+    def __init__(self, health: PodHealth, interval: float, timeout: float, log: Log) -> None:
         self.health, self.interval, self.timeout, self.log = health, interval, timeout, log
         self._last_ok: dict[str, bool] = {}
 
@@ -31,13 +35,13 @@ class CheckRunner:
             fetched = [c for c in self.health.checks if not isinstance(c.request, EventsFlowing)]
             await asyncio.gather(*(self._loop(session, check) for check in fetched))
 
-    async def _loop(self, session: Any, check: Check) -> None:
+    async def _loop(self, session: ClientSession, check: Check) -> None:
         while True:
             await self.run_once(session, check)
             started = self.health.started_at is not None
             await asyncio.sleep(self.interval if started else min(self.interval, STARTUP_INTERVAL))
 
-    async def run_once(self, session: Any, check: Check) -> CheckResult:
+    async def run_once(self, session: ClientSession, check: Check) -> CheckResult:
         began = time.monotonic()
         state = self.health.process(check.process)
         pid = state.pid if state is not None and state.running else None
@@ -56,7 +60,7 @@ class CheckRunner:
             )
         return result
 
-    async def _request(self, session: Any, request: HttpCheck | TcpCheck) -> tuple[bool, str]:
+    async def _request(self, session: ClientSession, request: HttpCheck | TcpCheck) -> tuple[bool, str]:
         import aiohttp
 
         if isinstance(request, TcpCheck):

@@ -24,6 +24,7 @@ from typing import Any, NamedTuple
 import msgpack
 
 from launcher.plan import KvEventSource, KvEventsWatch
+from launcher.supervise.logs import Log
 
 EVENT_TYPES = ("BlockStored", "BlockRemoved", "AllBlocksCleared")
 _KNOWN_TYPES = frozenset(EVENT_TYPES)
@@ -232,7 +233,7 @@ def _stored_dict(rank: int, seq: int, event: Event) -> dict[str, Any]:
 # ------------------------------------------------------------------ the watcher (asyncio + pyzmq)
 class KvEventWatcher:
     def __init__(
-        self, watch: KvEventsWatch, log: Any, host: str = "127.0.0.1", state: WatcherState | None = None
+        self, watch: KvEventsWatch, log: Log, host: str = "127.0.0.1", state: WatcherState | None = None
     ) -> None:
         """state: carry on from an earlier watcher's counts and sequence numbers (a restart)."""
         self.watch, self.log, self.host = watch, log, host

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -14,6 +13,7 @@ from prometheus_client.registry import Collector
 from healthchecks.kvevents import EVENT_TYPES, WatcherState
 from healthchecks.progress import PHASES
 from healthchecks.state import PodHealth
+from launcher.plan import ProcessSpec
 from launcher.supervise.outcome import exit_code_of
 
 PREFIX = "llmd_launcher_"
@@ -77,7 +77,7 @@ class PodCollector(Collector):
         yield restarts
         yield last
 
-    def _plan_processes(self) -> list[Any]:
+    def _plan_processes(self) -> list[ProcessSpec]:
         supervisor = self.health.supervisor
         return [s.spec for s in supervisor.processes] if supervisor is not None else []
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from healthchecks.progress import PREFLIGHT, STARTED, STARTING, STOPPING, StartupProgress
 from launcher.plan import Check, EventsFlowing, Probes, ProcessSpec
+from launcher.supervise.outcome import Failed, Running, StopRequested, StopState
 
 if TYPE_CHECKING:
     from healthchecks.kvevents import KvEventWatcher
@@ -39,11 +40,7 @@ class ProcessTable(Protocol):
     stop began and why, and each process's row."""
 
     @property
-    def stopping(self) -> bool: ...
-    @property
-    def stop_requested(self) -> bool: ...
-    @property
-    def failure(self) -> str | None: ...
+    def stop(self) -> StopState: ...
     @property
     def processes(self) -> Sequence[ProcessView]: ...
     def process(self, name: str) -> ProcessView | None: ...
@@ -103,7 +100,7 @@ class PodHealth:
     # ------------------------------------------------------------------ read by the probes
     @property
     def phase(self) -> str:
-        if self.supervisor is not None and self.supervisor.stopping:
+        if self.supervisor is not None and not isinstance(self.supervisor.stop, Running):
             return STOPPING
         return self._phase
 
@@ -135,9 +132,10 @@ class PodHealth:
         supervisor = self.supervisor
         if supervisor is None:
             return True, {"live": True, "phase": self.phase}
-        if supervisor.failure:
-            return False, {"live": False, "reason": supervisor.failure}
-        if not supervisor.stop_requested:
+        stop = supervisor.stop
+        if isinstance(stop, Failed):
+            return False, {"live": False, "reason": stop.reason}
+        if not isinstance(stop, StopRequested):
             for state in supervisor.processes:
                 # Reaped, but the supervisor's loop may not have handled the exit yet.
                 if state.spec.critical and state.pid is not None and not state.running:

@@ -20,7 +20,9 @@ from launcher.supervise.outcome import TERMINATION_LIMIT, Outcome
 
 if TYPE_CHECKING:
     from healthchecks.state import PodHealth
-    from launcher.supervise.logs import ChildOutput
+    from launcher.config.recipe import Recipe
+    from launcher.config.settings import Settings
+    from launcher.supervise.logs import ChildOutput, Log
 
 
 def run(cli_settings: dict[str, Any]) -> int:
@@ -66,7 +68,9 @@ def _record_signals() -> list[int]:
     return received
 
 
-def _supervise(settings: Any, recipe: Any, plan: Plan, scrub: Scrubber, early_signals: list[int]) -> Outcome:
+def _supervise(
+    settings: Settings, recipe: Recipe, plan: Plan, scrub: Scrubber, early_signals: list[int]
+) -> Outcome:
     import asyncio
 
     from launcher.supervise.logs import ChildOutput, configure, wants_json
@@ -86,7 +90,7 @@ def _supervise(settings: Any, recipe: Any, plan: Plan, scrub: Scrubber, early_si
 
 
 async def _run(
-    settings: Any, recipe: Any, plan: Plan, log: Any, output: ChildOutput, early_signals: list[int]
+    settings: Settings, recipe: Recipe, plan: Plan, log: Log, output: ChildOutput, early_signals: list[int]
 ) -> Outcome:
     import asyncio
     import contextlib
@@ -166,7 +170,7 @@ async def _run(
 
 
 async def _prepare(
-    settings: Any, recipe: Any, plan: Plan, log: Any, stage: list[str], health: PodHealth
+    settings: Settings, recipe: Recipe, plan: Plan, log: Log, stage: list[str], health: PodHealth
 ) -> Plan:
     """The plan as the pod will run it: the leader's name replaced by its IP, every check passed."""
     from healthchecks.progress import PREFLIGHT, WAITING_FOR_LEADER

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from launcher.config.recipe import Recipe
 from launcher.config.settings import Settings
@@ -23,15 +23,11 @@ def plan_group(settings: Settings, recipe: Recipe) -> GroupReport:
     size = settings.group_size if settings.group_size is not None else pool.nodes
     plans = tuple(build_plan(settings, recipe, group_member=i) for i in range(size))
     checks = []
-    for check in (check_ranks, check_ports, check_agreement, check_kv_events):
+    for name, check in GROUP_CHECKS:
         try:
             checks.append(check(plans))
         except (ValueError, KeyError, TypeError, IndexError) as exc:  # a malformed flag value in a recipe
-            checks.append(
-                GroupCheck(
-                    check.__name__.removeprefix("check_").replace("_", "-"), False, f"unreadable: {exc!r}"
-                )
-            )
+            checks.append(GroupCheck(name, False, f"unreadable: {exc!r}"))
     return GroupReport(plans, tuple(checks))
 
 
@@ -79,7 +75,8 @@ def check_ranks(plans: Sequence[Plan]) -> GroupCheck:
     return GroupCheck("ranks", True, f"{what} 0..{total - 1} each owned by exactly one pod")
 
 
-def check_ports(plans: Sequence[Plan]) -> GroupCheck:
+def check_group_ports(plans: Sequence[Plan]) -> GroupCheck:
+    """No port is declared twice inside one pod (whether it is free is preflight's check_ports_free)."""
     clashes = []
     for p in plans:
         seen: dict[int, str] = {}
@@ -135,3 +132,11 @@ def check_kv_events(plans: Sequence[Plan]) -> GroupCheck:
             "kv-events", False, f"pods' first ranks publish on different ports {sorted(landed)}"
         )
     return GroupCheck("kv-events", True, f"every pod's first rank publishes on port {landed.pop()}")
+
+
+GROUP_CHECKS: tuple[tuple[str, Callable[[Sequence[Plan]], GroupCheck]], ...] = (
+    ("ranks", check_ranks),
+    ("ports", check_group_ports),
+    ("agreement", check_agreement),
+    ("kv-events", check_kv_events),
+)

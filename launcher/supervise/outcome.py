@@ -1,14 +1,16 @@
-"""How a pod ended: the exit code and the reason, shared by `run` and the supervisor."""
+"""How a pod stops and how it ended: the stop state the probes read, and the exit code and reason
+shared by `run` and the supervisor."""
 
 from __future__ import annotations
 
 import signal
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 TERMINATION_LIMIT = 4096  # bytes the kubelet keeps of /dev/termination-log
 
 
-@dataclass
+@dataclass(frozen=True)
 class Outcome:
     """How the pod ended: the exit code and why, root cause first."""
 
@@ -32,6 +34,55 @@ class Outcome:
             budget -= size
         gap = ["…"] if len(kept) < len(self.output) else []
         return "\n".join([head, "last output:", *gap, *kept])
+
+
+@dataclass(frozen=True)
+class Running:
+    """No stop has begun."""
+
+
+@dataclass(frozen=True)
+class StopRequested:
+    """A signal asked the pod to stop: not a failure; the engine's own exit decides the code."""
+
+    signum: int
+
+    @property
+    def reason(self) -> str:
+        return f"stopped by {signal_name(self.signum)}"
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A critical process (or a crash-looping sidecar) ended the pod: /livez fails with the reason."""
+
+    reason: str
+    exit_code: int  # shell-style, never 0
+    output: tuple[str, ...] = ()  # the failing process's last lines
+
+
+StopState = Running | StopRequested | Failed
+"""The one fact about a stop: set once, by whichever comes first; the probes read it."""
+RUNNING = Running()
+
+
+def final_outcome(
+    stop: StopState, engine: str, engine_exit: int | None, engine_tail: Sequence[str]
+) -> Outcome:
+    """How the pod ended, once every process is gone. A requested stop that completed in time is a
+    clean exit, also for a main process that simply died of the SIGTERM we forwarded (mooncake_client
+    does); an engine that failed while stopping gives its own code."""
+    if isinstance(stop, Failed):
+        return Outcome(stop.exit_code, stop.reason, list(stop.output))
+    reason = stop.reason if isinstance(stop, StopRequested) else "stopped"
+    if engine_exit in (None, 0, -signal.SIGTERM):
+        return Outcome(0, reason)
+    assert engine_exit is not None
+    return Outcome(
+        exit_code_of(engine_exit),
+        f"{reason}; {engine} {describe_exit(engine_exit)} while stopping",
+        list(engine_tail),
+    )
 
 
 def exit_code_of(code: int) -> int:

@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from launcher.errors import ConfigError, Problem
 from launcher.plan import Plan
+from launcher.supervise.logs import Log
 
 T = TypeVar("T")
 CHECK_TIMEOUT = 20.0  # seconds any one local check may take
@@ -56,7 +57,7 @@ def getaddrinfo_ip(name: str) -> str:
     return str(infos[0][4][0])
 
 
-async def resolve_leader(name: str, wait_seconds: float, log: Any) -> str:
+async def resolve_leader(name: str, wait_seconds: float, log: Log) -> str:
     """LWS_LEADER_ADDRESS is a DNS name that resolves only once the leader pod has an IP; ZMQ binds and
     NCCL need the IP. Retry until the bound, saying every few seconds what we wait for."""
     started = time.monotonic()
@@ -92,7 +93,7 @@ async def resolve_leader(name: str, wait_seconds: float, log: Any) -> str:
 
 
 # ------------------------------------------------------------------ local checks (each returns problems)
-def check_ports(plan: Plan) -> list[Problem]:
+def check_ports_free(plan: Plan) -> list[Problem]:
     """Every port the plan listens on must be free; name the process that holds it."""
     import psutil
 
@@ -248,13 +249,13 @@ async def _bounded(what: str, fn: Callable[..., T], *args: Any) -> T:
         ) from None
 
 
-async def run_preflight(plan: Plan, *, bin_path: str, runtime_dir: str, shm_dir: str, log: Any) -> None:
+async def run_preflight(plan: Plan, *, bin_path: str, runtime_dir: str, shm_dir: str, log: Log) -> None:
     """All local checks; every problem found is reported at once."""
     problems: list[Problem] = []
     problems += await _bounded("model path", check_model, plan)
     problems += await _bounded("binaries", check_binaries, plan, bin_path)
     problems += await _bounded("runtime directory", check_runtime_dir, plan, runtime_dir)
-    problems += await _bounded("ports", check_ports, plan)
+    problems += await _bounded("ports", check_ports_free, plan)
     if problems:
         raise ConfigError(problems)
     if shm_dir:

@@ -2,14 +2,16 @@
 
 Read top to bottom for the life cycle (after gunicorn's arbiter and honcho's manager): signal handlers
 only enqueue an event; one loop dispatches events (`_on_<event>`); all reaping happens in `_reap`.
+Processes are started, signalled and reaped through a Spawner (launcher/supervise/spawn.py), so the
+life cycle is scripted in unit tests and real in pods.
 
 - Each process runs in its own process group (setsid) so a signal reaches its whole tree.
 - The engine is critical: when it exits, everything stops and the launcher exits with its code, so
   LWS (RecreateGroupOnPodRestart) recreates the group. Sidecars restart with exponential backoff,
   bounded per window; past the bound they are treated as critical.
-- Shutdown order (launcher/shutdown.py): `stopping` (what the probes report as not ready) ->
-  SIGTERM the engine's main process (it drains, then stops its own workers) -> SIGTERM sidecars and
-  what is left of every group -> SIGKILL whatever is left just before the grace deadline.
+- Shutdown order (ShutdownBudget in launcher/plan.py): `stop` leaves Running (the probes report not
+  ready from then on) -> SIGTERM the engine's main process (it drains, then stops its own workers)
+  -> SIGTERM sidecars and what is left of every group -> SIGKILL whatever is left at kill_at.
 - The launcher is a child subreaper (or PID 1), so orphaned grandchildren are reaped here too.
 """
 
@@ -17,27 +19,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
 import signal
-import subprocess
 import tempfile
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from launcher.plan import FileSpec, Plan, ProcessSpec
 from launcher.redact import redact_argv
-from launcher.supervise.logs import TAIL_LINES, ChildOutput, LineReader
-from launcher.supervise.outcome import Outcome, describe_exit, exit_code_of, signal_name
+from launcher.supervise.logs import TAIL_LINES, ChildOutput, LineReader, Log
+from launcher.supervise.outcome import (
+    RUNNING,
+    Failed,
+    Outcome,
+    StopRequested,
+    StopState,
+    describe_exit,
+    exit_code_of,
+    final_outcome,
+    signal_name,
+)
 from launcher.supervise.preflight import search_path
+from launcher.supervise.spawn import Spawner, SubprocessSpawner
 
 BACKOFF_CAP = 30.0  # seconds: the longest a sidecar waits before its next restart
 DRAIN_READS = 64  # at most 4 MiB passed on when a process exits, so a chatty orphan cannot stall us
-PR_SET_CHILD_SUBREAPER = 36
 
 
 def restart_delay(recent_restarts: int, base: float) -> float:
@@ -84,7 +93,6 @@ class ProcessState:
 
     spec: ProcessSpec
     pid: int | None = None
-    popen: subprocess.Popen[bytes] | None = None
     running: bool = False
     exited: asyncio.Event = field(default_factory=asyncio.Event)
     last_exit: int | None = None
@@ -104,23 +112,23 @@ class Supervisor:
         config: SupervisorConfig,
         events: asyncio.Queue[Event],
         output: ChildOutput,
-        log: Any,
+        log: Log,
         clock: Callable[[], float] = time.monotonic,
         on_line: Callable[[str, str], None] | None = None,
+        spawner: Spawner | None = None,
     ) -> None:
-        """on_line(process name, line): sees every output line (start-up progress is read from it)."""
+        """on_line(process name, line): sees every output line (start-up progress is read from it).
+        clock must tick with the event loop's timers (loop.time does; time.monotonic is the default)."""
         self.plan = plan
         self.config = config
         self.events = events
         self.output = output
         self.log = log
         self.clock = clock
+        self.spawner: Spawner = spawner or SubprocessSpawner()
         self.processes = [ProcessState(spec) for spec in plan.processes]
         self.on_line = on_line
-        self.stopping = False  # the probes report not ready from the first moment of a stop
-        self.stop_requested = False  # by a signal, as opposed to a failure
-        self.failure: str | None = None  # why a critical process ended the pod, for /livez
-        self.outcome: Outcome | None = None
+        self.stop: StopState = RUNNING  # the probes report not ready from the first moment of a stop
         self._by_pid: dict[int, ProcessState] = {}
         self._groups: set[int] = set()  # every process group we created
         self._readers: dict[int, LineReader] = {}
@@ -134,26 +142,31 @@ class Supervisor:
         return next((s for s in self.processes if s.name == name), None)
 
     # ------------------------------------------------------------------ life cycle
+    @property
+    def stopping(self) -> bool:
+        """Read from `stop`, never stored: the one fact is how the stop began."""
+        return self.stop != RUNNING
+
     async def run(self) -> Outcome:
-        loop = asyncio.get_running_loop()
-        become_subreaper()
-        loop.add_signal_handler(signal.SIGCHLD, self._reap)
+        unwatch = self.spawner.watch(self._reap)
         try:
             write_files(self.plan.files)
+            while not self.events.empty():  # a signal that came before us: start nothing
+                self._dispatch(self.events.get_nowait())
             for state in self.processes:
-                self._spawn(state)
                 if self.stopping:
                     break
+                self._spawn(state)
             while True:
                 event = await self.events.get()
                 if isinstance(event, ShutdownDone):
                     break
                 self._dispatch(event)
         finally:
-            loop.remove_signal_handler(signal.SIGCHLD)
+            unwatch()
             self._close_readers()
-        assert self.outcome is not None
-        return self.outcome
+        engine = self.engine
+        return final_outcome(self.stop, engine.name, engine.last_exit, engine.tail)
 
     def _dispatch(self, event: Event) -> None:
         if isinstance(event, SignalReceived):
@@ -167,7 +180,7 @@ class Supervisor:
         name = signal_name(signum)
         if not self.stopping:
             self.log.info("shutting down", signal=name, grace_s=self.plan.shutdown.grace)
-            self._begin_shutdown(f"stopped by {name}", exit_code=None)
+            self._begin_shutdown(StopRequested(signum))
         elif signum == signal.SIGINT:  # a second Ctrl-C at a terminal: do not make people wait
             self.log.warning("second SIGINT: killing every process now")
             self._kill_all(signal.SIGKILL)
@@ -184,7 +197,7 @@ class Supervisor:
             return
         if state.spec.critical:
             self._begin_shutdown(
-                f"{state.name} {describe_exit(code)}", exit_code_of(code), output=list(state.tail)
+                Failed(f"{state.name} {describe_exit(code)}", exit_code_of(code), tuple(state.tail))
             )
             return
         self._schedule_restart(state, code)
@@ -201,7 +214,7 @@ class Supervisor:
                 f"{len(state.recent_exits)} exits within {window:g} s "
                 f"(LLMD_SIDECAR_RESTARTS={self.config.sidecar_restarts})"
             )
-            self._begin_shutdown(reason, exit_code_of(code) or 1, output=list(state.tail))
+            self._begin_shutdown(Failed(reason, exit_code_of(code) or 1, tuple(state.tail)))
             return
         delay = restart_delay(len(state.recent_exits), self.config.restart_backoff)
         self.log.warning(
@@ -226,37 +239,28 @@ class Supervisor:
         spec = state.spec
         env = {**os.environ, **spec.env}
         env["PATH"] = search_path(self.config.bin_path, env)
-        executable = _which(spec.argv[0], env["PATH"])
         try:
-            popen = subprocess.Popen(
-                list(spec.argv),
-                executable=executable,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # its own process group: signals reach its whole tree
-                close_fds=True,
-            )
+            child = self.spawner.start(spec, env)
         except (OSError, ValueError) as exc:  # ValueError: e.g. a NUL byte in an env value
             code = 127 if isinstance(exc, FileNotFoundError) else 126
             detail = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             reason = f"{state.name} could not start: {spec.argv[0]}: {detail}"
             self.log.error("spawn failed", process=state.name, error=str(exc))
             if spec.critical:
-                self._begin_shutdown(reason, code)
+                self._begin_shutdown(Failed(reason, code))
             else:
                 state.tail.append(reason)
                 self._schedule_restart(state, code)
             return
-        state.popen, state.pid, state.running = popen, popen.pid, True
+        state.pid, state.running = child.pid, True
         state.exited = asyncio.Event()
-        self._by_pid[popen.pid] = state
-        self._groups.add(popen.pid)
-        self.log.info("started", process=state.name, pid=popen.pid, argv=redact_argv(spec.argv))
+        self._by_pid[child.pid] = state
+        self._groups.add(child.pid)
+        self.log.info("started", process=state.name, pid=child.pid, argv=redact_argv(spec.argv))
         loop = asyncio.get_running_loop()
-        for stream, pipe in (("stdout", popen.stdout), ("stderr", popen.stderr)):
-            assert pipe is not None
+        for stream, pipe in (("stdout", child.stdout), ("stderr", child.stderr)):
+            if pipe is None:
+                continue
             reader = LineReader(state, stream, pipe, self.output, self.on_line)
             os.set_blocking(reader.fd, False)
             self._readers[reader.fd] = reader
@@ -293,46 +297,32 @@ class Supervisor:
     # ------------------------------------------------------------------ reaping
     def _reap(self) -> None:
         """The one place children are reaped: ours and orphans re-parented to us."""
-        while True:
-            try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if pid == 0:
-                break
-            code = os.waitstatus_to_exitcode(status)
+        for pid, code in self.spawner.reap():
             state = self._by_pid.get(pid)
             if state is not None:  # bookkeeping now, so a waiting shutdown sees it at once
                 state.running, state.last_exit = False, code
                 state.exited.set()
-                if state.popen is not None:
-                    state.popen.returncode = code  # keep subprocess from waiting on a reaped pid
             self.events.put_nowait(ChildExited(pid, code))
         self._quiet.set()
 
     # ------------------------------------------------------------------ shutdown
-    def _begin_shutdown(self, reason: str, exit_code: int | None, output: list[str] | None = None) -> None:
-        """exit_code None: a signal asked us to stop; the engine's own exit code decides."""
+    def _begin_shutdown(self, stop: StopRequested | Failed) -> None:
+        """The first stop wins: a crash during a requested stop is judged by final_outcome."""
         if self.stopping:
             return
-        self.stopping = True
-        if exit_code is None:
-            self.stop_requested = True
-        else:
-            self.failure = reason
-        self.outcome = Outcome(exit_code if exit_code is not None else -1, reason, output or [])
-        asyncio.get_running_loop().create_task(self._shutdown(exit_code is None))
+        self.stop = stop
+        asyncio.get_running_loop().create_task(self._shutdown(isinstance(stop, StopRequested)))
 
-    async def _shutdown(self, engine_decides: bool) -> None:
+    async def _shutdown(self, requested: bool) -> None:
         try:
-            await self._stop_everything(engine_decides)
+            await self._stop_everything(requested)
         except Exception as exc:  # never leave run() waiting on an event that will not come
             self.log.error("shutdown failed; killing every process", error=repr(exc))
             self._kill_all(signal.SIGKILL)
         finally:
             self.events.put_nowait(ShutdownDone())
 
-    async def _stop_everything(self, engine_decides: bool) -> None:
+    async def _stop_everything(self, requested: bool) -> None:
         budget = self.plan.shutdown
         started = self.clock()
         engine = self.engine
@@ -352,27 +342,16 @@ class Supervisor:
         self._signal_groups(signal.SIGTERM)
         # A requested stop may use the whole grace period; after a crash nobody is waiting for a
         # drain, and LWS should recreate the group soon.
-        window = budget.kill_at if engine_decides else budget.sidecar_window + budget.kill_margin
+        window = budget.kill_at if requested else budget.sidecar_window + budget.kill_margin
         if not await self._wait_quiet(started + window):
             self.log.warning(
                 "killing processes that outlived their stop window",
                 window_s=window,
-                pids=[p.pid for p in self._descendants()],
+                pids=self._descendants(),
                 processes=[s.name for s in self.processes if s.running],
             )
             self._kill_all(signal.SIGKILL)
             await self._wait_quiet(self.clock() + max(0.5, budget.kill_margin - 0.5))
-        assert self.outcome is not None
-        if engine_decides:
-            # A requested stop that completed in time is a clean exit, also for a main process
-            # that simply dies of the SIGTERM we forwarded (mooncake_client does).
-            code = engine.last_exit
-            if code in (None, 0, -signal.SIGTERM):
-                self.outcome.exit_code = 0
-            else:
-                self.outcome.exit_code = exit_code_of(code)
-                self.outcome.reason += f"; {engine.name} {describe_exit(code)} while stopping"
-                self.outcome.output = list(engine.tail)
 
     async def _wait_quiet(self, deadline: float) -> bool:
         """Until every process of the plan and every descendant (orphans included) has exited."""
@@ -389,56 +368,27 @@ class Supervisor:
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._quiet.wait(), timeout=min(remaining, 0.1))
 
-    def _descendants(self) -> list[Any]:
-        import psutil
-
-        try:
-            children = psutil.Process().children(recursive=True)
-        except psutil.Error:
-            return []
-        alive = []
-        for child in children:
-            with contextlib.suppress(psutil.Error):
-                if child.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(child)
-        return alive
+    def _descendants(self) -> list[int]:
+        return [d.pid for d in self.spawner.descendants()]
 
     def _signal_main(self, state: ProcessState, sig: int) -> None:
         if state.running and state.pid is not None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(state.pid, sig)
+            self.spawner.kill(state.pid, sig)
 
     def _signal_groups(self, sig: int) -> None:
         """Our process groups that still hold a descendant of ours (a group id whose members are
         all gone may belong to someone else by now), then descendants outside them."""
-        import psutil
-
-        groups: set[int] = set()
-        strays = []
-        for proc in self._descendants():
-            with contextlib.suppress(psutil.Error, OSError):
-                group = os.getpgid(proc.pid)
-                if group in self._groups:
-                    groups.add(group)
-                else:
-                    strays.append(proc)  # daemonized orphans re-parented to us
-        for group in groups:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(group, sig)
-        for proc in strays:
-            with contextlib.suppress(psutil.Error):
-                proc.send_signal(sig)
+        descendants = self.spawner.descendants()
+        for group in {d.pgid for d in descendants if d.pgid in self._groups}:
+            self.spawner.killpg(group, sig)
+        for stray in descendants:
+            if stray.pgid not in self._groups:  # daemonized orphans re-parented to us
+                self.spawner.kill(stray.pid, sig)
 
     def _kill_all(self, sig: int) -> None:
         for state in self.processes:
             self._signal_main(state, sig)
         self._signal_groups(sig)
-
-
-def _which(binary: str, path: str) -> str:
-    import shutil
-
-    return shutil.which(binary, path=path) or binary
 
 
 def write_files(files: tuple[FileSpec, ...]) -> None:
@@ -458,12 +408,3 @@ def write_files(files: tuple[FileSpec, ...]) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-
-
-def become_subreaper() -> None:
-    """Orphaned grandchildren are re-parented to us (not to the node's init) so we reap them."""
-    if os.getpid() == 1:
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)

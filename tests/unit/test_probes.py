@@ -3,6 +3,7 @@ progress parser on the engines' own line formats, and PodHealth's answers."""
 
 from __future__ import annotations
 
+import signal
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 from healthchecks.progress import INITIALIZING, LOADING_WEIGHTS, STARTING_SERVER, StartupProgress
 from healthchecks.state import CheckResult, PodHealth
 from launcher.plan import Check, HttpCheck, Probes, ProcessSpec
+from launcher.supervise.outcome import RUNNING, Failed, StopRequested, StopState
 from tests.unit.test_golden_kimi import DECODE_LEADER, PREFILL_LEADER, TPU_LEADER, lws
 
 
@@ -214,9 +216,7 @@ class FakeProcess:
 @dataclass
 class FakeSupervisor:
     processes: list[FakeProcess] = field(default_factory=list)
-    stopping: bool = False
-    stop_requested: bool = False
-    failure: str | None = None
+    stop: StopState = RUNNING
 
     def process(self, name: str) -> FakeProcess | None:
         return next((p for p in self.processes if p.name == name), None)
@@ -280,9 +280,9 @@ def test_dead_engine_fails_liveness_before_the_supervisor_reacts() -> None:
     engine = supervisor.processes[0]
     engine.pid, engine.running, engine.last_exit = 10, False, -9  # reaped; the event not handled yet
     assert health.liveness() == (False, {"live": False, "reason": "engine exited (-9)"})
-    supervisor.stop_requested = True  # a requested stop that the engine finished: not a failure
+    supervisor.stop = StopRequested(signal.SIGTERM)  # a requested stop the engine finished: no failure
     assert health.liveness()[0]
-    supervisor.failure = "engine was killed by SIGKILL"
+    supervisor.stop = Failed("engine was killed by SIGKILL", 137)
     assert health.liveness() == (False, {"live": False, "reason": "engine was killed by SIGKILL"})
 
 
@@ -294,7 +294,7 @@ def test_stopping_is_never_ready() -> None:
     health.record(ENGINE, CheckResult(True, "200", clock.now, 0.0, pid=10))
     health.record(RENDER, CheckResult(True, "200", clock.now, 0.0, pid=11))
     assert health.readiness()[0]
-    supervisor.stopping = True
+    supervisor.stop = StopRequested(signal.SIGTERM)
     assert health.readiness() == (
         False,
         {"ready": False, "phase": "stopping", "failing": {"pod": "shutting down"}},

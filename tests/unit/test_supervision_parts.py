@@ -21,7 +21,7 @@ from launcher.supervise.outcome import TERMINATION_LIMIT, Outcome, exit_code_of
 from launcher.supervise.preflight import (
     check_binaries,
     check_model,
-    check_ports,
+    check_ports_free,
     check_runtime_dir,
     clean_shm,
 )
@@ -146,10 +146,10 @@ def test_port_in_use_names_the_port_and_the_holder() -> None:
         holder.listen()
         port = holder.getsockname()[1]
         plan = _plan([ProcessSpec("engine", ("vllm",), ports=(PortSpec(port, "http"),))])
-        problems = check_ports(plan)
+        problems = check_ports_free(plan)
     assert [p.setting for p in problems] == [f"port {port}"]
     assert f"engine's http port is already in use by pid {os.getpid()} (" in problems[0].message
-    assert check_ports(plan) == []  # released
+    assert check_ports_free(plan) == []  # released
 
 
 def test_model_checks(tmp_path: Path) -> None:
@@ -193,6 +193,8 @@ def test_unknown_placeholder_refuses_to_run(tmp_path: Path, monkeypatch: pytest.
     """`run` never starts a plan with a $(POD_IP) left in it."""
     import asyncio
 
+    import structlog
+
     from healthchecks.state import PodHealth
     from launcher.config.recipe import RecipeSource, load_recipe
     from launcher.config.settings import load_settings
@@ -205,5 +207,5 @@ def test_unknown_placeholder_refuses_to_run(tmp_path: Path, monkeypatch: pytest.
     plan = build_plan(settings, recipe)
     with pytest.raises(ConfigError) as err:
         assert plan.probes is not None
-        asyncio.run(_prepare(settings, recipe, plan, None, ["x"], PodHealth(plan.probes)))
+        asyncio.run(_prepare(settings, recipe, plan, structlog.get_logger(), ["x"], PodHealth(plan.probes)))
     assert str(err.value).startswith("POD_IP: is not set but the plan needs it")

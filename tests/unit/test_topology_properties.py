@@ -11,7 +11,14 @@ from hypothesis import strategies as st
 from launcher.config.recipe import RecipeSource, validate_recipe
 from launcher.config.settings import Settings
 from roles import build_plan
-from roles.group import check_agreement, check_kv_events, check_ports, check_ranks, flag_values, plan_group
+from roles.group import (
+    check_agreement,
+    check_group_ports,
+    check_kv_events,
+    check_ranks,
+    flag_values,
+    plan_group,
+)
 
 
 def dp_recipe(nodes: int, local: int, kv_port: int = 5557) -> Any:
@@ -102,7 +109,7 @@ def test_group_checks_fail_on_a_broken_group() -> None:
             **dp_recipe(2, 2).pools["decode"].model_dump(), "kv_events": {"port": 8001}}}},
         RecipeSource("test", None),
     )  # fmt: skip
-    ports = check_ports(plan_group(Settings(leader_address="l"), clash).plans)
+    ports = check_group_ports(plan_group(Settings(leader_address="l"), clash).plans)
     assert not ports.ok and "8001 is both" in ports.detail
     # Pods whose first ranks publish on different ports (uncompensated base).
     # Pods naming different leaders: the agreement check names the flag and the pods.

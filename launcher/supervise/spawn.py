@@ -1,0 +1,132 @@
+"""How the supervisor starts, signals and reaps processes: one seam (as honcho's Manager takes a process
+constructor), so its life cycle can be scripted in unit tests and runs on real subprocesses in pods."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import subprocess
+from collections.abc import Callable
+from typing import IO, NamedTuple, Protocol
+
+from launcher.plan import ProcessSpec
+
+PR_SET_CHILD_SUBREAPER = 36
+
+
+class ChildHandle(Protocol):
+    """A started process: its pid (also its process group) and the pipes its output comes through."""
+
+    @property
+    def pid(self) -> int: ...
+    @property
+    def stdout(self) -> IO[bytes] | None: ...
+    @property
+    def stderr(self) -> IO[bytes] | None: ...
+
+
+class Descendant(NamedTuple):
+    pid: int
+    pgid: int
+
+
+class Spawner(Protocol):
+    def watch(self, on_exit: Callable[[], None]) -> Callable[[], None]:
+        """Call on_exit whenever a child may have exited; returns the function that stops watching."""
+        ...
+
+    def start(self, spec: ProcessSpec, env: dict[str, str]) -> ChildHandle:
+        """In its own process group. Raises OSError or ValueError when it cannot start."""
+        ...
+
+    def reap(self) -> list[tuple[int, int]]:
+        """(pid, code as os.waitstatus_to_exitcode) of every child that exited, without blocking."""
+        ...
+
+    def kill(self, pid: int, sig: int) -> None: ...
+    def killpg(self, pgid: int, sig: int) -> None: ...
+    def descendants(self) -> list[Descendant]:
+        """Every live (not zombie) descendant, orphans re-parented to us included."""
+        ...
+
+
+class SubprocessSpawner:
+    """The real thing: subprocess, waitpid, kill/killpg, psutil; as a child subreaper."""
+
+    def __init__(self) -> None:
+        self._popens: dict[int, subprocess.Popen[bytes]] = {}
+
+    def watch(self, on_exit: Callable[[], None]) -> Callable[[], None]:
+        become_subreaper()
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGCHLD, on_exit)
+
+        def unwatch() -> None:
+            loop.remove_signal_handler(signal.SIGCHLD)
+
+        return unwatch
+
+    def start(self, spec: ProcessSpec, env: dict[str, str]) -> ChildHandle:
+        popen = subprocess.Popen(
+            list(spec.argv),
+            executable=shutil.which(spec.argv[0], path=env.get("PATH")) or spec.argv[0],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # its own process group: signals reach its whole tree
+            close_fds=True,
+        )
+        self._popens[popen.pid] = popen
+        return popen
+
+    def reap(self) -> list[tuple[int, int]]:
+        """The one place children are reaped: ours and orphans re-parented to us."""
+        exited = []
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if pid == 0:
+                break
+            code = os.waitstatus_to_exitcode(status)
+            if (popen := self._popens.pop(pid, None)) is not None:
+                popen.returncode = code  # keep subprocess from waiting on a reaped pid
+            exited.append((pid, code))
+        return exited
+
+    def kill(self, pid: int, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+    def killpg(self, pgid: int, sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+
+    def descendants(self) -> list[Descendant]:
+        import psutil
+
+        try:
+            children = psutil.Process().children(recursive=True)
+        except psutil.Error:
+            return []
+        alive = []
+        for child in children:
+            with contextlib.suppress(psutil.Error, OSError):
+                if child.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(Descendant(child.pid, os.getpgid(child.pid)))
+        return alive
+
+
+def become_subreaper() -> None:
+    """Orphaned grandchildren are re-parented to us (not to the node's init) so we reap them."""
+    if os.getpid() == 1:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
