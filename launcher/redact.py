@@ -62,9 +62,7 @@ def secret_values(env: Mapping[str, str]) -> list[str]:
     (TOKENIZERS_PARALLELISM=false, MAX_TOKENS=4096) and hiding them would garble logs."""
     values = {v for k, v in env.items() if is_secret_name(k)}
     pieces = {line.strip() for v in values for line in _LINE_END.split(v)}
-    return sorted(
-        {v for v in values | pieces if len(v) >= 8 and not _PLAIN.match(v)}, key=len, reverse=True
-    )
+    return sorted({v for v in values | pieces if len(v) >= 8 and not _PLAIN.match(v)}, key=len, reverse=True)
 
 
 _LINE_END = re.compile(r"\r\n|\r|\n")  # where child output is cut into lines (supervise/logs.py)

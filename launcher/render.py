@@ -295,7 +295,9 @@ def _shell_body(plan: Plan) -> list[str]:
         ]
     for p in plan.processes:
         if not p.critical:
-            out.append(_sh_comment(f"{p.name}: sidecar (the launcher restarts it with backoff; here it just runs)"))
+            out.append(
+                _sh_comment(f"{p.name}: sidecar (the launcher restarts it with backoff; here it just runs)")
+            )
             out.append(_sh_command(p, True, marks))
     for p in plan.processes:
         if p.critical:
@@ -305,7 +307,12 @@ def _shell_body(plan: Plan) -> list[str]:
 
 
 def render_shell(plan: Plan) -> str:
-    head = ["#!/bin/sh", _sh_comment(_headline(plan)), *(_sh_comment(f"note: {n}") for n in plan.notes), "set -eu"]
+    head = [
+        "#!/bin/sh",
+        _sh_comment(_headline(plan)),
+        *(_sh_comment(f"note: {n}") for n in plan.notes),
+        "set -eu",
+    ]
     return "\n".join([*head, *_shell_body(plan)]) + "\n"
 
 

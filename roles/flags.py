@@ -56,7 +56,11 @@ def check_secret_abbreviations(catalog: FlagCatalog, args: list[Arg], setting: s
             if secret:
                 flag = head.split("=", 1)[0]
                 problems.append(
-                    Problem(setting, f"{flag} abbreviates {secret[0]}, a secret", "pass it in the env from a Secret")
+                    Problem(
+                        setting,
+                        f"{flag} abbreviates {secret[0]}, a secret",
+                        "pass it in the env from a Secret",
+                    )
                 )
     return problems
 

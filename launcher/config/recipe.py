@@ -369,7 +369,14 @@ class RecipeSource:
 
     @property
     def label(self) -> str:
-        return self.file or f"built-in recipe {self.name}"
+        """For messages: a path with a newline in it would break the one-line-per-problem rule."""
+        if self.file is None:
+            return (
+                f"built-in recipe {self.name!r}"
+                if not self.name.isprintable()
+                else f"built-in recipe {self.name}"
+            )
+        return self.file if self.file.isprintable() else repr(self.file)
 
 
 def builtin_recipe_names() -> list[str]:
@@ -400,9 +407,13 @@ def _parse_yaml(text: str, source: RecipeSource) -> Mapping[str, Any]:
         ) from None
     except yaml.reader.ReaderError as exc:  # names the character, never the text around it
         what = f"character #x{exc.character:04x} at position {exc.position}"
-        raise ConfigError.one(source.setting, f"{source.label} has an unacceptable {what}", "fix the YAML") from None
+        raise ConfigError.one(
+            source.setting, f"{source.label} has an unacceptable {what}", "fix the YAML"
+        ) from None
     except RecursionError:  # the composer recurses per level, before _check_nodes can count them
-        raise ConfigError.one(source.setting, f"{source.label} nests too deeply", "simplify the YAML") from None
+        raise ConfigError.one(
+            source.setting, f"{source.label} nests too deeply", "simplify the YAML"
+        ) from None
     except _Refused as exc:
         raise ConfigError.one(source.setting, f"{source.label} {exc}", "simplify the YAML") from None
     finally:
@@ -415,7 +426,9 @@ def _parse_yaml(text: str, source: RecipeSource) -> Mapping[str, Any]:
     section = data.get("launcher")
     if isinstance(section, dict) and not all(isinstance(k, str) for k in section):
         raise ConfigError.one(
-            source.setting, f"{source.label}: `launcher:` has a key that is not a setting name", "fix the recipe"
+            source.setting,
+            f"{source.label}: `launcher:` has a key that is not a setting name",
+            "fix the recipe",
         )
     return data
 
@@ -430,12 +443,12 @@ def read_recipe(source: RecipeSource) -> Mapping[str, Any]:
         except OSError as exc:
             raise ConfigError.one(
                 source.setting,
-                f"cannot read {source.file} ({exc.strerror})",
+                f"cannot read {source.label} ({exc.strerror})",
                 "mount the recipe file or fix the path",
             ) from None
         except UnicodeDecodeError:
             raise ConfigError.one(
-                source.setting, f"{source.file} is not UTF-8 text", "save it as UTF-8"
+                source.setting, f"{source.label} is not UTF-8 text", "save it as UTF-8"
             ) from None
         return _parse_yaml(text, source)
     names = builtin_recipe_names()

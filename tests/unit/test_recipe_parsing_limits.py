@@ -31,7 +31,7 @@ def _bomb(levels: int) -> str:
 
 def test_alias_bomb_is_refused_quickly(run_cli: Run, tmp_path: Path) -> None:
     bomb = "launcher:\n  " + _bomb(9).replace("\n", "\n  ")
-    args = f"pools: {{p: {{kind: vllm, args: {{served-model-name: *l8}}}}}}\n"
+    args = "pools: {p: {kind: vllm, args: {served-model-name: *l8}}}\n"
     code, err = _plan(run_cli, tmp_path, HEAD + "x-bomb:\n  " + _bomb(9).replace("\n", "\n  ") + "\n" + args)
     assert code == 2 and "alias" in err
     code, err = _plan(run_cli, tmp_path, HEAD + bomb + "\npools: {p: {kind: vllm}}\n")
@@ -84,5 +84,7 @@ def test_nul_bytes_in_extra_env_are_refused(run_cli: Run) -> None:
 
 
 def test_nul_bytes_in_extra_args_are_refused(run_cli: Run) -> None:
-    code, out, err = run_cli("plan", "--extra-args", "--max-num-seqs 6\x004", env={"LLMD_RECIPE": "vllm-single-pod"})
+    code, out, err = run_cli(
+        "plan", "--extra-args", "--max-num-seqs 6\x004", env={"LLMD_RECIPE": "vllm-single-pod"}
+    )
     assert code == 2 and "NUL" in err and out == ""
