@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import os
 import sys
 
@@ -19,6 +20,13 @@ ENDPOINTS = {"live": "/livez", "ready": "/readyz", "startup": "/startupz"}
 def probe(which: str, port: int | None = None, host: str = "127.0.0.1", timeout: float = 2.0) -> int:
     """0 when the probe server answers 200, 1 otherwise; one line saying why on stdout (the kubelet
     records it in the pod's events)."""
+    if not (math.isfinite(timeout) and timeout > 0):  # a socket refuses the rest with a traceback
+        print(
+            f"llm-d-launcher: error: --timeout {timeout!r} is not a positive number of seconds; "
+            "fix: give e.g. --timeout 2",
+            file=sys.stderr,
+        )
+        return 2
     if port is None:
         port = _port_from_env()
         if port is None:

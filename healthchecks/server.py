@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import errno
 import json
+import logging
 import os
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import structlog
 from aiohttp import web
 
 from healthchecks.metrics import build_registry
@@ -23,17 +25,46 @@ from launcher.errors import ConfigError
 JSON = "application/json"
 
 
+@web.middleware
+async def _http_1_only(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """An HTTP/0.9 request has no status line to read a 200 from: no probe client sends one."""
+    if request.version < (1, 0):
+        return web.Response(status=505, text="HTTP/1.0 or later\n")
+    return await handler(request)
+
+
+class _OneLine(logging.Handler):
+    """aiohttp logs a malformed request with its traceback; the launcher's logs keep one line per
+    event (one JSON object in JSON mode), so the error goes through the launcher's logger, condensed."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        error = record.exc_info[1] if record.exc_info else None
+        detail = " ".join(str(error).split())[:200] if error is not None else ""
+        structlog.get_logger("llm-d-launcher").warning(
+            "probe server: bad request",
+            message=record.getMessage()[:200],
+            error=f"{type(error).__name__}: {detail}" if error is not None else None,
+        )
+
+
+_REQUEST_ERRORS = logging.getLogger("llm-d-launcher.probe-server")
+_REQUEST_ERRORS.addHandler(_OneLine())
+_REQUEST_ERRORS.propagate = False
+
+
 class ProbeServer:
     def __init__(self, health: PodHealth, host: str, port: int) -> None:
         self.health, self.host, self.port = health, host, port
         self.registry, self._latency = build_registry(health)
-        app = web.Application()
+        app = web.Application(middlewares=[_http_1_only])
         app.router.add_get("/livez", self._probe("livez", health.liveness))
         app.router.add_get("/readyz", self._probe("readyz", health.readiness))
         app.router.add_get("/startupz", self._probe("startupz", health.startup))
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/kvevents", self._kv_events)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, logger=_REQUEST_ERRORS)
 
     async def start(self) -> None:
         await self._runner.setup()

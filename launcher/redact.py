@@ -23,10 +23,18 @@ def is_secret_name(name: str) -> bool:
     return bool(_SECRET_NAME.search(name))
 
 
+def flag_name(flag: str) -> str:
+    """The option an engine's parser would see: `--HF_Token.x=v` is hf-token (vLLM reads `.x` as a
+    key of the option's JSON value; `=` attaches the value)."""
+    return flag.lstrip("-").split("=", 1)[0].split(".", 1)[0].replace("_", "-").lower()
+
+
 def is_secret_flag(flag: str) -> bool:
-    """True for CLI flags whose value is a credential; those values must travel in the env instead."""
-    words = flag.lstrip("-").split("=", 1)[0].replace("_", "-").lower().split("-")
-    return words[-1] in _SECRET_WORDS
+    """True for CLI flags whose value is a credential; those values must travel in the env instead.
+    A last word that begins a secret word (`--hf-tok`, `--api-ke`) counts too: argparse expands such
+    abbreviations (roles/flags.py also checks them against the engines' own flag lists)."""
+    last = flag_name(flag).split("-")[-1]
+    return last in _SECRET_WORDS or (len(last) >= 2 and any(w.startswith(last) for w in _SECRET_WORDS))
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -34,31 +42,31 @@ def redact_env(env: Mapping[str, str]) -> dict[str, str]:
 
 
 def redact_argv(argv: Sequence[str]) -> list[str]:
-    """Hide the value of any secret-looking flag (`--api-key X`, `--hf-token=X`)."""
+    """Hide the values of any secret-looking flag (`--api-key X Y`, `--hf-token=X`, `-api-key X`)."""
     out: list[str] = []
-    hide_next = False
+    hiding = False
     for token in argv:
-        if hide_next and not token.startswith("-"):
+        if hiding and not token.startswith("-"):
             out.append(REDACTED)
-            hide_next = False
         elif token.startswith("-") and "=" in token and is_secret_flag(token):
             out.append(token.split("=", 1)[0] + "=" + REDACTED)
+            hiding = False
         else:
             out.append(token)
-            hide_next = token.startswith("--") and "=" not in token and is_secret_flag(token)
+            hiding = token.startswith("-") and "=" not in token and is_secret_flag(token)
     return out
 
 
 def secret_values(env: Mapping[str, str]) -> list[str]:
-    """Values of secret-named variables worth hiding in free text. Short or plain values are not
-    credentials (TOKENIZERS_PARALLELISM=false, MAX_TOKENS=4096) and hiding them would garble logs."""
-    return sorted(
-        {v for k, v in env.items() if is_secret_name(k) and len(v) >= 8 and not _PLAIN.match(v)},
-        key=len,
-        reverse=True,
-    )
+    """Values of secret-named variables worth hiding in free text, and each line of a multi-line one
+    (a PEM key: output is scrubbed line by line). Short or plain values are not credentials
+    (TOKENIZERS_PARALLELISM=false, MAX_TOKENS=4096) and hiding them would garble logs."""
+    values = {v for k, v in env.items() if is_secret_name(k)}
+    pieces = {line.strip() for v in values for line in _LINE_END.split(v)}
+    return sorted({v for v in values | pieces if len(v) >= 8 and not _PLAIN.match(v)}, key=len, reverse=True)
 
 
+_LINE_END = re.compile(r"\r\n|\r|\n")  # where child output is cut into lines (supervise/logs.py)
 _PLAIN = re.compile(r"^(true|false|yes|no|on|off|none|null|[0-9.]+)$", re.IGNORECASE)
 
 
@@ -67,6 +75,19 @@ class Scrubber:
 
     def __init__(self, values: Sequence[str]) -> None:
         self._pattern = re.compile("|".join(map(re.escape, values))) if values else None
+        encoded = [v.encode() for v in values]
+        self._bytes = re.compile(b"|".join(map(re.escape, encoded))) if encoded else None
+        self.longest = max(map(len, encoded), default=0)  # bytes a cut must look ahead
 
     def __call__(self, text: str) -> str:
         return self._pattern.sub(REDACTED, text) if self._pattern else text
+
+    def cut(self, data: bytes, limit: int) -> int:
+        """Where to split `data` near `limit` without cutting a secret in two: before the secret
+        that straddles `limit` (after it, when it starts the data). `data` must extend `longest`
+        bytes past `limit` for every straddling secret to be seen whole."""
+        if self._bytes is not None:
+            for match in self._bytes.finditer(data, 0, limit + self.longest):
+                if match.start() < limit < match.end():
+                    return match.start() or match.end()
+        return limit

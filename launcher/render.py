@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 import shlex
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -252,6 +253,15 @@ def _sh_word(token: str, placeholders: Sequence[str]) -> str:
     )
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+
+
+def _sh_comment(text: str) -> str:
+    """A comment line whatever the text holds: a newline in it (a pod name, a flag's value in a note)
+    would otherwise end the comment and run the rest as a command."""
+    return "# " + _CONTROL.sub(lambda m: json.dumps(m.group())[1:-1], text)
+
+
 def _split_keep(text: str, marker: str) -> list[str]:
     pieces = text.split(marker)
     out = [pieces[0]]
@@ -285,30 +295,37 @@ def _shell_body(plan: Plan) -> list[str]:
         ]
     for p in plan.processes:
         if not p.critical:
-            out += [f"# {p.name}: sidecar (the launcher restarts it with backoff; here it just runs)"]
+            out.append(
+                _sh_comment(f"{p.name}: sidecar (the launcher restarts it with backoff; here it just runs)")
+            )
             out.append(_sh_command(p, True, marks))
     for p in plan.processes:
         if p.critical:
-            out += [f"# {p.name}: critical (its exit ends the pod)"]
+            out.append(_sh_comment(f"{p.name}: critical (its exit ends the pod)"))
             out.append(_sh_command(p, False, marks))
     return out
 
 
 def render_shell(plan: Plan) -> str:
-    head = ["#!/bin/sh", f"# {_headline(plan)}", *(f"# note: {n}" for n in plan.notes), "set -eu"]
+    head = [
+        "#!/bin/sh",
+        _sh_comment(_headline(plan)),
+        *(_sh_comment(f"note: {n}") for n in plan.notes),
+        "set -eu",
+    ]
     return "\n".join([*head, *_shell_body(plan)]) + "\n"
 
 
 def render_group_shell(report: GroupReport) -> str:
     """One script for every pod of the group: each pod runs the branch of its LWS_WORKER_INDEX."""
     first = report.plans[0]
-    out = ["#!/bin/sh", f"# {first.recipe}: every pod of one {first.role.pool} group"]
-    out += [*(f"# note: {n}" for n in report.notes), "set -eu"]
+    out = ["#!/bin/sh", _sh_comment(f"{first.recipe}: every pod of one {first.role.pool} group")]
+    out += [*(_sh_comment(f"note: {n}") for n in report.notes), "set -eu"]
     if len(report.plans) == 1:
         return "\n".join([*out, *_shell_body(first)]) + "\n"
     out.append('case "${LWS_WORKER_INDEX:?LWS_WORKER_INDEX is not set}" in')
     for plan in report.plans:
-        out += [f"{plan.role.worker_index})", f"# {_headline(plan)}", *_shell_body(plan), ";;"]
+        out += [f"{plan.role.worker_index})", _sh_comment(_headline(plan)), *_shell_body(plan), ";;"]
     out += ['*) echo "LWS_WORKER_INDEX=$LWS_WORKER_INDEX is outside this group" >&2; exit 2 ;;', "esac"]
     return "\n".join(out) + "\n"
 

@@ -75,6 +75,8 @@ def split_extra_args(text: str, setting: str) -> list[Arg]:
         raise ConfigError.one(
             setting, f"cannot be split into arguments ({exc})", "balance the quotes"
         ) from None
+    if any("\0" in token for token in tokens):
+        raise ConfigError.one(setting, "holds a NUL byte, which no command line can carry", "remove it")
     groups: list[Arg] = []
     for token in tokens:
         if token.startswith("-") and not _NUMBER.match(token):

@@ -11,7 +11,7 @@ from launcher.errors import ConfigError, Problem
 from launcher.plan import FileSpec, KvEventsWatch, Plan, ProcessSpec, Role, ShutdownBudget
 from roles.args import Arg, args_from, flag_key, flatten, merge_extra, split_extra_args
 from roles.derive import PodFacts
-from roles.flags import check_flags, load_catalog
+from roles.flags import check_flags, check_secret_abbreviations, load_catalog
 from roles.probes import build_probes
 
 EXTRA_ARGS = "LLMD_EXTRA_ARGS"
@@ -56,11 +56,12 @@ class BuildContext:
             for flag in args
             if flag_key(flag) in owned
         ]
-        if not problems and catalog and self.check_flags:
+        if not problems and catalog:
             place = f"{source.label}: pools.{self.pool_name}.{where}"
+            check = check_flags if self.check_flags else check_secret_abbreviations
             problems = [
                 Problem(p.setting, f"{place}: {p.message}", p.fix)
-                for p in check_flags(load_catalog(catalog), args_from(args), source.setting)
+                for p in check(load_catalog(catalog), args_from(args), source.setting)
             ]
         if problems:
             raise ConfigError(problems)
@@ -71,8 +72,9 @@ class BuildContext:
         """The main process's argv: prefix, generated args, then LLMD_EXTRA_ARGS merged explicitly."""
         extra = split_extra_args(self.extra_args, EXTRA_ARGS)
         merged, notes = merge_extra(args, extra, owned, EXTRA_ARGS)
-        if catalog and self.check_flags:
-            problems = check_flags(load_catalog(catalog), extra, EXTRA_ARGS)
+        if catalog:
+            check = check_flags if self.check_flags else check_secret_abbreviations
+            problems = check(load_catalog(catalog), extra, EXTRA_ARGS)
             if problems:
                 raise ConfigError(problems)
         return (*prefix, *flatten(merged)), notes

@@ -15,6 +15,7 @@ from importlib import resources
 from typing import Any
 
 from launcher.errors import Problem
+from launcher.redact import flag_name, is_secret_flag
 from roles.args import Arg
 
 SKIP_FIX = "fix it, or set LLMD_CHECK_FLAGS=false if the image runs a newer engine than the catalogue"
@@ -41,6 +42,27 @@ def load_catalog(name: str) -> FlagCatalog:
 
 def check_flags(catalog: FlagCatalog, args: list[Arg], setting: str) -> list[Problem]:
     return [p for a in args if (p := _check_one(catalog, a, setting)) is not None]
+
+
+def check_secret_abbreviations(catalog: FlagCatalog, args: list[Arg], setting: str) -> list[Problem]:
+    """Checked even with LLMD_CHECK_FLAGS=false: argparse expands `--hf-t` to --hf-token, so a secret
+    would reach the command line under a name no word list recognises. Never echoes the value."""
+    problems = []
+    for item in args:
+        head = item.tokens[0]
+        name = "--" + flag_name(head)
+        if head.startswith("--") and not is_secret_flag(head) and name not in catalog.flags:
+            secret = sorted(f for f in catalog.flags if f.startswith(name) and is_secret_flag(f))
+            if secret:
+                flag = head.split("=", 1)[0]
+                problems.append(
+                    Problem(
+                        setting,
+                        f"{flag} abbreviates {secret[0]}, a secret",
+                        "pass it in the env from a Secret",
+                    )
+                )
+    return problems
 
 
 def _lookup(catalog: FlagCatalog, head: str) -> tuple[str, dict[str, Any] | None, list[str]]:

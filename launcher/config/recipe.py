@@ -64,9 +64,14 @@ def _check_args(args: dict[str, Any]) -> dict[str, ArgValue]:
             )
         if not _plain(value):
             raise ValueError(
-                f"{flag}: {value!r} is not a string, number, boolean, null, list or mapping with string keys "
+                f"{flag}: the value is not a string, number, boolean, null, list or mapping with string keys "
                 "(NaN and infinity are not allowed)"
             )
+        # The engine parses every word on its argv: an item `--hf-token` (or `--api-key=...`) inside
+        # another flag's value would be read as that flag.
+        words = value if isinstance(value, list) else [value]
+        if any(isinstance(w, str) and w.startswith("-") and is_secret_flag(w) for w in words):
+            raise ValueError(f"{flag}: a value holds a secret flag; pass the secret in the env from a Secret")
     return args
 
 
@@ -74,10 +79,13 @@ def _check_env(env: dict[str, Any]) -> dict[str, str]:
     """Env names a shell and `env` accept; numbers become strings, booleans must be quoted."""
     out = {}
     for name, value in env.items():
-        if not isinstance(name, str) or not _ENV_NAME.match(name):
-            raise ValueError(f"{name!r} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        if not isinstance(name, str) or not _ENV_NAME.fullmatch(name):
+            shown = repr(str(name)[:64])
+            raise ValueError(f"{shown} is not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
         if isinstance(value, bool) or not isinstance(value, (str, int, float)):
             raise ValueError(f'{name}: give the value as a quoted string, e.g. {name}: "1"')
+        if "\0" in str(value):
+            raise ValueError(f"{name}: the value holds a NUL byte, which no environment can carry")
         out[name] = str(value)
     return out
 
@@ -284,7 +292,12 @@ class Recipe(_Data):
         return pool.model or self.model
 
 
-class _RecipeLoader(yaml.SafeLoader):
+MAX_RECIPE_BYTES = 1 << 20  # a recipe is a page of YAML; a ConfigMap holds at most 1 MiB
+_MAX_NODES = 100_000  # values after alias expansion: a "billion laughs" file is refused, not expanded
+_MAX_DEPTH = 64  # nesting; deeper would only exhaust the parser's and the validators' recursion
+
+
+class _RecipeLoader(yaml.CSafeLoader):  # libyaml: a tenth of the pure-Python parse time
     """Safe YAML that refuses duplicate keys (in a ConfigMap the last one silently winning hides
     typos) and keeps dates as text (2026-01-01 is a string to an engine flag, not a date)."""
 
@@ -296,13 +309,51 @@ class _RecipeLoader(yaml.SafeLoader):
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
         for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":
+                continue
             key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, (list, dict)):  # `? [a]`: no recipe key is a list or a mapping
+                raise yaml.constructor.ConstructorError(
+                    None, None, "a key that is a list or a mapping", key_node.start_mark
+                )
             if key in seen:
                 raise yaml.constructor.ConstructorError(
-                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                    None, None, f"duplicate key {str(key)[:64]!r}", key_node.start_mark
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+class _Refused(Exception):
+    """The YAML is well-formed but too big to expand: aliases, nesting or NUL bytes."""
+
+
+def _check_nodes(root: yaml.Node) -> None:
+    """Bound the document before it is built: its size as if every alias were expanded (each distinct
+    node is sized once, so a bomb costs its written size), its depth, and NUL bytes, which no argv or
+    env value can carry."""
+    sizes: dict[int, int] = {}
+    stack: list[tuple[yaml.Node, int, bool]] = [(root, 1, False)]
+    while stack:
+        node, depth, done = stack.pop()
+        if depth > _MAX_DEPTH:
+            raise _Refused(f"nests too deeply (over {_MAX_DEPTH} levels)")
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif "\0" in node.value:
+            raise _Refused(f"holds a NUL byte (line {node.start_mark.line + 1})")
+        if id(node) in sizes:
+            continue
+        if not done:
+            stack.append((node, depth, True))
+            stack += [(child, depth + 1, False) for child in children if id(child) not in sizes]
+            continue
+        sizes[id(node)] = 1 + sum(sizes.get(id(child), 1) for child in children)
+        if sizes[id(node)] > _MAX_NODES:
+            raise _Refused(f"expands to more than {_MAX_NODES} values (YAML aliases)")
 
 
 @dataclass(frozen=True)
@@ -318,7 +369,14 @@ class RecipeSource:
 
     @property
     def label(self) -> str:
-        return self.file or f"built-in recipe {self.name}"
+        """For messages: a path with a newline in it would break the one-line-per-problem rule."""
+        if self.file is None:
+            return (
+                f"built-in recipe {self.name!r}"
+                if not self.name.isprintable()
+                else f"built-in recipe {self.name}"
+            )
+        return self.file if self.file.isprintable() else repr(self.file)
 
 
 def builtin_recipe_names() -> list[str]:
@@ -327,20 +385,54 @@ def builtin_recipe_names() -> list[str]:
 
 
 def _parse_yaml(text: str, source: RecipeSource) -> Mapping[str, Any]:
+    """The YAML's data, or one line saying where it is broken: never the offending line itself,
+    which may hold a secret (an env value, a JSON config with credentials)."""
+    if len(text) > MAX_RECIPE_BYTES:
+        raise ConfigError.one(
+            source.setting, f"{source.label} is too large (over {MAX_RECIPE_BYTES} bytes)", "trim the recipe"
+        )
+    loader = None
     try:
-        data = yaml.load(text, Loader=_RecipeLoader)
-    except yaml.YAMLError as exc:
-        detail = " ".join(str(exc).split())
+        loader = _RecipeLoader(text)
+        root = loader.get_single_node()
+        if root is not None:
+            _check_nodes(root)
+        data = None if root is None else loader.construct_document(root)
+    except yaml.MarkedYAMLError as exc:
+        if "nesting depth" in str(exc.problem):  # libyaml's own bound (1000 levels)
+            raise ConfigError.one(
+                source.setting, f"{source.label} nests too deeply", "simplify the YAML"
+            ) from None
+        mark = exc.problem_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        what = " ".join(x for x in (exc.context, exc.problem) if x)
         raise ConfigError.one(
-            source.setting, f"{source.label} is not valid YAML ({detail})", "fix the YAML"
+            source.setting, f"{source.label} is not valid YAML ({what}{where})", "fix the YAML"
         ) from None
-    except RecursionError:
+    except yaml.reader.ReaderError as exc:  # names the character, never the text around it
+        what = f"character #x{exc.character:04x} at position {exc.position}"
         raise ConfigError.one(
-            source.setting, f"{source.label} nests too deeply", "flatten the YAML"
+            source.setting, f"{source.label} has an unacceptable {what}", "fix the YAML"
         ) from None
+    except RecursionError:  # the composer recurses per level, before _check_nodes can count them
+        raise ConfigError.one(
+            source.setting, f"{source.label} nests too deeply", "simplify the YAML"
+        ) from None
+    except _Refused as exc:
+        raise ConfigError.one(source.setting, f"{source.label} {exc}", "simplify the YAML") from None
+    finally:
+        if loader is not None:
+            loader.dispose()
     if not isinstance(data, dict):
         raise ConfigError.one(
             source.setting, f"{source.label} must hold a YAML mapping", "start it with `name: ...`"
+        )
+    section = data.get("launcher")
+    if isinstance(section, dict) and not all(isinstance(k, str) for k in section):
+        raise ConfigError.one(
+            source.setting,
+            f"{source.label}: `launcher:` has a key that is not a setting name",
+            "fix the recipe",
         )
     return data
 
@@ -355,12 +447,12 @@ def read_recipe(source: RecipeSource) -> Mapping[str, Any]:
         except OSError as exc:
             raise ConfigError.one(
                 source.setting,
-                f"cannot read {source.file} ({exc.strerror})",
+                f"cannot read {source.label} ({exc.strerror})",
                 "mount the recipe file or fix the path",
             ) from None
         except UnicodeDecodeError:
             raise ConfigError.one(
-                source.setting, f"{source.file} is not UTF-8 text", "save it as UTF-8"
+                source.setting, f"{source.label} is not UTF-8 text", "save it as UTF-8"
             ) from None
         return _parse_yaml(text, source)
     names = builtin_recipe_names()

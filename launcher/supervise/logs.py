@@ -136,9 +136,11 @@ class LineReader:
         for line in lines:
             if line:
                 self._emit(line)
-        while len(self.buffer) > MAX_LINE:
-            self._emit(self.buffer[:MAX_LINE])
-            self.buffer = self.buffer[MAX_LINE:]
+        scrub = self.output.scrub
+        while len(self.buffer) > MAX_LINE + scrub.longest:  # a secret across the cut is kept whole
+            cut = scrub.cut(self.buffer, MAX_LINE)
+            self._emit(self.buffer[:cut])
+            self.buffer = self.buffer[cut:]
         return True
 
     def flush(self) -> None:
