@@ -115,6 +115,15 @@ def _parser() -> argparse.ArgumentParser:
         "answers 200, 1 otherwise, with one line saying why. For clusters that prefer exec probes; "
         "httpGet probes on /livez, /readyz and /startupz answer the same.",
     )
+    from launcher.localgroup import add_arguments as add_local_group_arguments
+
+    local_group = sub.add_parser(
+        "local-group",
+        help="try a recipe pool's whole LWS group on this machine: every pod in its own network namespace",
+        description=(__import__("launcher.localgroup").localgroup.__doc__ or "").split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_local_group_arguments(local_group)
     probe.add_argument("which", choices=("live", "ready", "startup"))
     probe.add_argument(
         "--port", type=_port, help=f"probe server port (default LLMD_PROBE_PORT, else {PROBE_PORT})"
@@ -226,6 +235,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return code
         if ns.command == "recipes":
             return _cmd_recipes()
+        if ns.command == "local-group":
+            from launcher.localgroup import command
+
+            return command(ns, list(argv if argv is not None else sys.argv[1:]))
         if ns.command == "probe":
             from healthchecks.probe import probe
 
