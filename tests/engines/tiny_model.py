@@ -10,9 +10,8 @@ the DP supervisor and expert parallelism for it, while no MoE kernel ever runs (
 """
 
 import argparse
-import json
-
 import glob
+import json
 import os
 import sysconfig
 
