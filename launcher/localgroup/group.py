@@ -97,6 +97,7 @@ class RunningPod:
     termination_log: Path
     proc: subprocess.Popen[bytes] | None = None
     exit_code: int | None = None
+    exited_at: float | None = None  # time.time()
 
 
 @dataclass
@@ -181,7 +182,7 @@ class LocalGroup:
         pods = [
             {"index": r.pod.index, "name": r.pod.name, "address": r.pod.address, "ip": r.pod.ip,
              "pid": r.proc.pid if r.proc else None, "probe_port": self.probe_port, "log": str(r.log),
-             "termination_log": str(r.termination_log)}
+             "termination_log": str(r.termination_log), "exit_code": r.exit_code, "exited_at": r.exited_at}
             for r in self.pods
         ]  # fmt: skip
         data = {"leader_address": self.layout.leader_address, "tag": self.tag, "pods": pods}
@@ -195,7 +196,10 @@ class LocalGroup:
                 code = running.proc.poll()
                 if code is not None:
                     running.exit_code = code if code >= 0 else 128 - code
+                    running.exited_at = time.time()
                     ended.append(running)
+        if ended:
+            self._write_manifest()
         return ended
 
     @property
@@ -271,6 +275,9 @@ class LocalGroup:
             with contextlib.suppress(ProcessLookupError):
                 running.holder.kill()
             running.holder.wait()
+        # The pods' veths went with their namespaces; the bridge and the hosts mount are the runner's.
+        for argv in (("ip", "link", "del", BRIDGE), ("umount", "/etc/hosts")):
+            subprocess.run(argv, capture_output=True, timeout=30, check=False)
         return left
 
 
@@ -281,9 +288,9 @@ def run_group(group: LocalGroup, leader_dns_after: float | None, status_every: f
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda signum, _frame: stop.append(signum))
     started = time.monotonic()
-    group.network_up(leader_resolves=leader_dns_after == 0)
     published = leader_dns_after == 0
     try:
+        group.network_up(leader_resolves=published)
         group.start_pods()
         for running in group.pods:
             group.say(f"pod {running.pod.index} {running.pod.name} ({running.pod.ip}) log: {running.log}")
