@@ -44,7 +44,7 @@ def tp2_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory, "--kv-heads", "2")
 
 
-def prefill_recipe(path: Path, model: Path, tensor_parallel: int = 2) -> Path:
+def prefill_recipe(path: Path, model: Path) -> Path:
     """The guide's prefill shape on CPU: `multinode`, TP across 2 pods, render sidecar on the leader,
     KV events with replay, prefix caching."""
     path.write_text(
@@ -57,7 +57,7 @@ def prefill_recipe(path: Path, model: Path, tensor_parallel: int = 2) -> Path:
         "    layout: multinode\n"
         "    nodes: 2\n"
         "    gpus_per_node: 1\n"
-        f"    tensor_parallel: {tensor_parallel}\n"
+        "    tensor_parallel: 2\n"
         "    port: 8000\n"
         "    args: {max-model-len: 512, dtype: float32, enforce-eager: true, enable-prefix-caching: true,\n"
         "           block-size: 32}\n"
