@@ -17,8 +17,9 @@ secrets (names with TOKEN, SECRET, PASSWORD, KEY, ...) are shown as <redacted>, 
 exit codes: 0 ok, 2 bad input (one line per problem, nothing spawned)."""
 _RUN_EXITS = """\
 run exit codes: the engine's exit code (0 when a requested stop completed in time); 128+N if signal
-  N killed it; 2 bad input or failed preflight; 127/126 a binary not found / not executable;
-  1 an internal error. The reason for a non-zero exit goes to LLMD_TERMINATION_LOG."""
+  N killed it; 2 bad input or failed preflight; 3 the engine exited 0 unasked; 4 another pod of the
+  LWS group is gone; 127/126 a binary not found / not executable; 1 an internal error. The reason
+  for a non-zero exit goes to LLMD_TERMINATION_LOG."""
 
 
 def _epilog(command: str) -> str:
