@@ -17,8 +17,9 @@ secrets (names with TOKEN, SECRET, PASSWORD, KEY, ...) are shown as <redacted>, 
 exit codes: 0 ok, 2 bad input (one line per problem, nothing spawned)."""
 _RUN_EXITS = """\
 run exit codes: the engine's exit code (0 when a requested stop completed in time); 128+N if signal
-  N killed it; 2 bad input or failed preflight; 127/126 a binary not found / not executable;
-  1 an internal error. The reason for a non-zero exit goes to LLMD_TERMINATION_LOG."""
+  N killed it; 2 bad input or failed preflight; 3 the engine exited 0 unasked; 4 another pod of the
+  LWS group is gone; 127/126 a binary not found / not executable; 1 an internal error. The reason
+  for a non-zero exit goes to LLMD_TERMINATION_LOG."""
 
 
 def _epilog(command: str) -> str:
@@ -115,6 +116,15 @@ def _parser() -> argparse.ArgumentParser:
         "answers 200, 1 otherwise, with one line saying why. For clusters that prefer exec probes; "
         "httpGet probes on /livez, /readyz and /startupz answer the same.",
     )
+    from launcher.localgroup import add_arguments as add_local_group_arguments
+
+    local_group = sub.add_parser(
+        "local-group",
+        help="try a recipe pool's whole LWS group on this machine: every pod in its own network namespace",
+        description=(__import__("launcher.localgroup").localgroup.__doc__ or "").split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_local_group_arguments(local_group)
     probe.add_argument("which", choices=("live", "ready", "startup"))
     probe.add_argument(
         "--port", type=_port, help=f"probe server port (default LLMD_PROBE_PORT, else {PROBE_PORT})"
@@ -226,6 +236,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return code
         if ns.command == "recipes":
             return _cmd_recipes()
+        if ns.command == "local-group":
+            from launcher.localgroup import command
+
+            return command(ns, list(argv if argv is not None else sys.argv[1:]))
         if ns.command == "probe":
             from healthchecks.probe import probe
 

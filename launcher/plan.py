@@ -84,6 +84,17 @@ class Check:
 
 
 @dataclass(frozen=True)
+class Peer:
+    """Another pod of this pod's LWS group, watched through its launcher's /livez. A peer that answered
+    once and then stops answering ends this pod too, so LWS recreates the group now, not when the
+    engine notices on its next request (vLLM's leader answers /health 200 with its worker gone)."""
+
+    name: str  # "leader", "worker 1"
+    host: str  # its DNS name, resolved at every check
+    port: int  # its launcher's probe port
+
+
+@dataclass(frozen=True)
 class Probes:
     """What the launcher's probe server answers from (healthchecks/)."""
 
@@ -91,6 +102,8 @@ class Probes:
     ready: tuple[Check, ...]  # all pass (and no stop has begun) = ready
     started: Check  # its first pass ends start-up: the engine answered once, or the leader came up
     progress: str | None = None  # which parser reads start-up progress from the engine's output
+    peers: tuple[Peer, ...] = ()  # the group's other pods whose loss ends this pod
+    peer_lost_seconds: float = 0.0  # how long a peer that answered once may fail before it counts as lost
 
 
 @dataclass(frozen=True)

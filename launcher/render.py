@@ -109,6 +109,8 @@ def _probes_dict(probes: Probes) -> dict[str, Any]:
         "ready": [_check_dict(c) for c in probes.ready],
         "started": _check_dict(probes.started),
         "progress": probes.progress,
+        "peers": [{"name": p.name, "host": p.host, "port": p.port} for p in probes.peers],
+        "peer_lost_seconds": probes.peer_lost_seconds,
     }
 
 
@@ -186,6 +188,12 @@ def render_text(plan: Plan, with_notes: bool = True) -> str:
     for p in plan.processes:
         out += ["", *_process_text(p)]
     out += ["", _shutdown_text(plan.shutdown)]
+    if plan.probes is not None and plan.probes.peers:
+        lost = plan.probes.peer_lost_seconds
+        peers = ", ".join(f"{p.name} {p.host}:{p.port}" for p in plan.probes.peers)
+        out.append(
+            f"group: this pod ends when a peer's launcher stops answering /livez for {lost:g} s: {peers}"
+        )
     if plan.probes is not None:
         out += ["", *_probes_text(plan.probes)]
     if plan.kv_events is not None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from launcher.addresses import is_ip
@@ -157,6 +158,17 @@ async def _run(
 
             health.kv_events = KvEventWatcher(plan.kv_events, log)
             background.append(asyncio.create_task(health.kv_events.run()))
+        if plan.probes.peers:
+            from healthchecks.peers import PeerWatcher
+            from launcher.supervise.outcome import EXIT_GROUP_BROKEN
+
+            def group_broken(reason: str) -> None:
+                supervisor.condemn(reason, EXIT_GROUP_BROKEN)
+
+            watcher = PeerWatcher(
+                plan.probes, settings.check_interval, settings.check_timeout, group_broken, log
+            )
+            background.append(asyncio.create_task(watcher.run()))
         try:
             return await supervisor.run()
         finally:
@@ -182,8 +194,11 @@ async def _prepare(
         stage[0] = f"resolving LWS_LEADER_ADDRESS {leader}"
         health.set_phase(WAITING_FOR_LEADER)
         ip = await resolve_leader(leader, settings.leader_wait_seconds, log)
-        settings = settings.model_copy(update={"leader_address": ip})
-        plan = build_plan(settings, recipe)
+        resolved = build_plan(settings.model_copy(update={"leader_address": ip}), recipe)
+        # Peers stay watched by DNS name: a recreated pod keeps its name, not its IP, and the workers'
+        # names follow only from the leader's name.
+        assert resolved.probes is not None and plan.probes is not None
+        plan = replace(resolved, probes=replace(resolved.probes, peers=plan.probes.peers))
     if plan.placeholders:
         raise ConfigError([_unknown(name) for name in plan.placeholders])
     stage[0] = "checking model, binaries, ports and files"

@@ -23,6 +23,7 @@ def build_plan(settings: Settings, recipe: Recipe, group_member: int | None = No
         shutdown=ShutdownBudget.from_grace(settings.grace_seconds),
         check_flags=settings.check_flags,
         probe_port=settings.probe_port,
+        peer_lost_seconds=settings.peer_lost_seconds,
     )
     pool = derived.pool
     if isinstance(pool, VllmPool):

@@ -28,6 +28,7 @@ class BuildContext:
     extra_env: Mapping[str, str]
     shutdown: ShutdownBudget
     probe_port: int = PROBE_PORT  # the launcher's own probe server
+    peer_lost_seconds: float = 0.0  # how long a peer pod may stop answering before this pod ends
     check_flags: bool = True  # against the engine's flag catalogue (roles/flags.py)
 
     @property
@@ -119,6 +120,7 @@ class BuildContext:
                 leader_port,
                 progress,
                 kv_events is not None and kv_events.readiness,
+                self.peer_lost_seconds,
             ),
             kv_events=kv_events,
         )

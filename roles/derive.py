@@ -121,7 +121,9 @@ def _engine_role(
                 "set it from the leaderworkerset.sigs.k8s.io/worker-index label",
             )
         )
-    problems += _tpu_problems(settings, index, group_size)
+    # TPU_WORKER_ID describes this pod, also while `plan --group` plans the others.
+    own_index = settings.worker_index if settings.worker_index is not None else index
+    problems += _tpu_problems(settings, own_index, group_size)
     if settings.gpus_per_node is not None:
         devices, why = pool.devices_per_pod()
         if devices != settings.gpus_per_node:

@@ -6,16 +6,22 @@
 - A worker (headless): its engine process must live, and the leader's API must be reachable. The
   leader's API opens only after the whole group has loaded, so that is also when a worker's start-up
   ends: it has joined.
+- Every pod of a multi-pod group watches its peers' launchers (the leader its workers, a worker its
+  leader): one that answered once and then stops answering ends this pod too, so LWS recreates the
+  group at once. Worker names follow LWS's naming: the leader `<lws>-<g>.<subdomain>.<ns>`, worker i
+  `<lws>-<g>-<i>.<subdomain>.<ns>` (kubernetes-sigs/lws `pkg/utils/pod/pod_utils.go`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
+from launcher.addresses import is_ip
 from launcher.plan import (
     LEADER_PLACEHOLDER,
     Check,
     EventsFlowing,
+    Peer,
     Probes,
     ProcessSpec,
     Role,
@@ -31,19 +37,48 @@ def build_probes(
     leader_port: int | None = None,
     progress: str | None = None,
     events_flowing: bool = False,
+    peer_lost_seconds: float = 0.0,
 ) -> Probes:
-    """events_flowing: the recipe asked for "KV events flowing once a request was served" as well."""
+    """events_flowing: the recipe asked for "KV events flowing once a request was served" as well.
+    peer_lost_seconds: 0 watches no peer."""
     engine = processes[0]
+    peers = group_peers(role, port) if peer_lost_seconds > 0 else ()
     if role.kind is RoleKind.WORKER and leader_port is not None:
         leader = Check(
             "leader", engine.name, TcpCheck(role.leader_address or LEADER_PLACEHOLDER, leader_port)
         )
         return Probes(
-            port, ready=(Check(engine.name, engine.name), leader), started=leader, progress=progress
+            port,
+            ready=(Check(engine.name, engine.name), leader),
+            started=leader,
+            progress=progress,
+            peers=peers,
+            peer_lost_seconds=peer_lost_seconds,
         )
     ready = tuple(Check(p.name, p.name, p.health) for p in processes if p.health is not None)
     started = next((c for c in ready if c.process == engine.name), Check(engine.name, engine.name))
     ready = ready or (started,)
     if events_flowing:
         ready += (Check("kv-events", engine.name, EventsFlowing()),)
-    return Probes(port, ready=ready, started=started, progress=progress)
+    return Probes(
+        port,
+        ready=ready,
+        started=started,
+        progress=progress,
+        peers=peers,
+        peer_lost_seconds=peer_lost_seconds,
+    )
+
+
+def group_peers(role: Role, port: int) -> tuple[Peer, ...]:
+    """The pods of this pod's group it watches: a worker its leader; the leader its workers, whose
+    names follow from the leader's DNS name (none when the leader is given as an IP)."""
+    leader = role.leader_address
+    if role.group_size < 2 or role.kind is RoleKind.SERVICE or not leader or leader == LEADER_PLACEHOLDER:
+        return ()
+    if role.worker_index > 0:
+        return (Peer("leader", leader, port),)
+    if is_ip(leader):
+        return ()
+    first, dot, rest = leader.partition(".")
+    return tuple(Peer(f"worker {i}", f"{first}-{i}{dot}{rest}", port) for i in range(1, role.group_size))

@@ -46,3 +46,8 @@ command -v ip >/dev/null || { export DEBIAN_FRONTEND=noninteractive; apt-get upd
   apt-get install -y -qq --no-install-recommends iproute2 >/dev/null; }
 unshare -rn bash tests/engines/private_network.sh \
   .venv/bin/python -m pytest tests/engines -q -m engines -p no:cacheprovider
+
+step "group tier (whole LWS groups in namespaces: llm-d-launcher local-group, under unshare -rnm)"
+# Every pod gets its own network, UTS and mount namespace inside the test run's own user + network +
+# mount namespaces: the bridge, the pod IPs and the LWS DNS names exist only in there.
+unshare -rnm --propagation private .venv/bin/python -m pytest tests/group -q -m group -p no:cacheprovider

@@ -293,6 +293,13 @@ class Settings(BaseSettings):
         section="run",
         gt=0,
     )
+    peer_lost_seconds: float = setting(
+        10.0,
+        "a pod of the LWS group whose launcher answered /livez once and then fails it this long ends "
+        "this pod too, so LWS recreates the group at once (0: watch no peer)",
+        fix="give a number of seconds, or 0 to watch no peer",
+        ge=0,
+    )
 
     @field_validator("leader_address")
     @classmethod

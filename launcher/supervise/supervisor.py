@@ -32,6 +32,7 @@ from launcher.plan import FileSpec, Plan, ProcessSpec
 from launcher.redact import redact_argv
 from launcher.supervise.logs import TAIL_LINES, ChildOutput, LineReader, Log
 from launcher.supervise.outcome import (
+    EXIT_ENGINE_QUIT,
     RUNNING,
     Failed,
     Outcome,
@@ -76,7 +77,15 @@ class ShutdownDone:
     pass
 
 
-Event = SignalReceived | ChildExited | RestartDue | ShutdownDone
+@dataclass(frozen=True)
+class PodCondemned:
+    """A watcher (healthchecks/) found the pod broken although its processes run: end it."""
+
+    reason: str
+    exit_code: int
+
+
+Event = SignalReceived | ChildExited | RestartDue | ShutdownDone | PodCondemned
 
 
 @dataclass(frozen=True)
@@ -175,6 +184,13 @@ class Supervisor:
             self._on_exit(event.pid, event.code)
         elif isinstance(event, RestartDue):
             self._on_restart_due(event.name)
+        elif isinstance(event, PodCondemned) and not self.stopping:
+            self.log.error("ending the pod", reason=event.reason, code=event.exit_code)
+            self._begin_shutdown(Failed(event.reason, event.exit_code))
+
+    def condemn(self, reason: str, exit_code: int) -> None:
+        """Ends the pod from outside the loop (a watcher's verdict), as a crash would."""
+        self.events.put_nowait(PodCondemned(reason, exit_code))
 
     def _on_signal(self, signum: int) -> None:
         name = signal_name(signum)
@@ -196,9 +212,11 @@ class Supervisor:
         if self.stopping:
             return
         if state.spec.critical:
-            self._begin_shutdown(
-                Failed(f"{state.name} {describe_exit(code)}", exit_code_of(code), tuple(state.tail))
-            )
+            # Nobody asked it to stop, so even a 0 is a failure (vLLM's DP supervisor exits 0 after
+            # tearing down its ranks when one died): LWS must see a failed pod and recreate the group.
+            how = describe_exit(code) + (" although no stop was asked for" if code == 0 else "")
+            failed = Failed(f"{state.name} {how}", exit_code_of(code) or EXIT_ENGINE_QUIT, tuple(state.tail))
+            self._begin_shutdown(failed)
             return
         self._schedule_restart(state, code)
 

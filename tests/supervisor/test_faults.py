@@ -65,6 +65,14 @@ def test_engine_exit_3_during_startup(make_pod: MakePod) -> None:
     assert "stand-in exiting with 3" in message  # the engine's own last words, after the reason
 
 
+def test_an_engine_that_exits_0_unasked_fails_the_pod(make_pod: MakePod) -> None:
+    """vLLM's DP supervisor exits 0 after tearing its ranks down when one died: that is no success."""
+    pod = make_pod({"STANDIN_ENGINE": "exit=0@0.3"}).start()
+    assert_clean_exit(pod, pod.finish(), 3)
+    message = pod.termination_log.read_text()
+    assert message.splitlines()[0] == "engine exited with code 0 although no stop was asked for"
+
+
 def test_sidecar_crashes_twice_then_stays_up(make_pod: MakePod, tmp_path: Path) -> None:
     counter = tmp_path / "render-starts"
     pod = make_pod({"STANDIN_RENDER": f"crash-first=2@{counter}"}).start()

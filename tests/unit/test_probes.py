@@ -101,7 +101,44 @@ def test_probe_rules_per_role(plan_json: Any, role: str) -> None:
     env, expected = ROLES[role]
     plan = plan_json(env=env)
     assert plan["role"]["name"] == role
-    assert plan["probes"] == expected
+    probes = {k: v for k, v in plan["probes"].items() if k not in ("peers", "peer_lost_seconds")}
+    assert probes == expected
+
+
+def _worker(leader: str, index: int) -> str:
+    """LWS names worker i `<lws>-<group>-<i>` under the leader's subdomain."""
+    first, rest = leader.split(".", 1)
+    return f"{first}-{index}.{rest}"
+
+
+PEERS = {
+    "prefill-leader": [("worker 1", _worker(PREFILL_LEADER, 1))],
+    "prefill-worker": [("leader", "10.64.1.10")],
+    "decode": [("leader", DECODE_LEADER)],
+    "tpu-leader": [(f"worker {i}", _worker(TPU_LEADER, i)) for i in (1, 2, 3)],
+    "tpu-worker": [("leader", "10.64.3.0")],
+    "mooncake-master": [],
+    "mooncake-donor": [],
+}
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_group_peers_per_role(plan_json: Any, role: str) -> None:
+    """The leader watches every worker by its LWS DNS name, a worker its leader; services no one."""
+    env, expected = ROLES[role]
+    probes = plan_json(env=env)["probes"]
+    assert [(p["name"], p["host"]) for p in probes["peers"]] == PEERS[role]
+    assert {p["port"] for p in probes["peers"]} <= {expected["port"]}
+    assert probes["peer_lost_seconds"] == 10.0
+
+
+def test_no_peers_without_names_or_when_switched_off(plan_json: Any) -> None:
+    by_ip = plan_json(
+        env={**lws(PREFILL_LEADER, 2, 0, "10.64.1.10", "prefill"), "LWS_LEADER_ADDRESS": "10.64.1.10"}
+    )
+    assert by_ip["probes"]["peers"] == []  # worker names follow from the leader's DNS name only
+    off = plan_json(env={**lws(PREFILL_LEADER, 2, 0, "10.64.1.10", "prefill"), "LLMD_PEER_LOST_SECONDS": "0"})
+    assert off["probes"]["peers"] == []
 
 
 def test_probe_port_may_not_be_a_port_of_the_pod(run_cli: Any) -> None:

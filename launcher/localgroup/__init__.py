@@ -1,0 +1,111 @@
+"""`llm-d-launcher local-group`: every pod of one LeaderWorkerSet group of a recipe pool, on this machine.
+
+Each pod gets what a pod of a real LWS group gets, so `llm-d-launcher run` takes its unchanged code path:
+- its own network namespace with its own IP on a shared bridge and a default route through it (vLLM
+  asks the routing table for its outbound address); the bridge lives in the runner's own network
+  namespace, which has no uplink, so nothing leaves the machine;
+- its own UTS namespace (hostname = pod name) and mount namespace with a private /dev/shm;
+- the DNS names LWS gives, resolved by the normal resolver: a private /etc/hosts bind-mounted in the
+  runner's mount namespace holds `<lws>-<group>.<lws>.<namespace>` (LWS_LEADER_ADDRESS) and
+  `<lws>-<group>-<i>.<lws>.<namespace>` for worker i (kubernetes-sigs/lws `pkg/utils/pod/pod_utils.go`);
+- the env LWS and the downward API inject: LWS_LEADER_ADDRESS (the DNS name), LWS_GROUP_SIZE,
+  LWS_WORKER_INDEX, POD_IP, POD_NAME, POD_NAMESPACE.
+
+Unprivileged: the runner re-executes itself under `unshare -rnm` (user + network + mount namespaces),
+and everything it made disappears with it. SIGINT or SIGTERM reaches every pod as SIGTERM, as the
+kubelet does when a group is deleted; when a pod ends by itself the others are left to notice, as
+their launchers do in a cluster (LWS would then recreate the group).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--recipe", metavar="NAME", help="built-in recipe (LLMD_RECIPE)")
+    parser.add_argument("--recipe-file", metavar="PATH", help="recipe YAML file (LLMD_RECIPE_FILE)")
+    parser.add_argument("--pool", metavar="NAME", help="the pool whose group runs (LLMD_POOL)")
+    parser.add_argument("--size", type=int, metavar="N", help="pods in the group (default: the pool's nodes)")
+    parser.add_argument(
+        "--lws-name", metavar="NAME", help="the LeaderWorkerSet's name (default: recipe-pool)"
+    )
+    parser.add_argument("--namespace", default="default", metavar="NS", help="the pods' namespace")
+    parser.add_argument(
+        "--env", metavar="KEY=VALUE", action="append", default=[], help="extra env for every pod (repeatable)"
+    )
+    parser.add_argument(
+        "--leader-dns-after",
+        default="0",
+        metavar="SECONDS|never",
+        help="the leader's DNS name resolves only after this long (default 0), or never",
+    )
+    parser.add_argument("--status-every", type=float, default=5.0, metavar="SECONDS", help="default 5")
+    parser.add_argument(
+        "--workdir", metavar="DIR", help="logs, hosts file, pods.json (default: a new temp dir)"
+    )
+    parser.add_argument(
+        "--no-unshare",
+        action="store_true",
+        help="already root of a private user + network + mount namespace (e.g. under `unshare -rnm`)",
+    )
+
+
+def command(ns: argparse.Namespace, argv: list[str]) -> int:
+    import shutil
+    import tempfile
+
+    from launcher.config.recipe import load_recipe
+    from launcher.config.settings import load_settings
+    from launcher.errors import ConfigError
+    from launcher.localgroup.group import LWS_ENV, GroupLayout, LocalGroup, RunnerError, run_group
+    from roles.derive import select_pool
+
+    missing = [tool for tool in ("unshare", "nsenter", "ip", "mount") if shutil.which(tool) is None]
+    if missing:
+        raise ConfigError.one("local-group", f"needs {', '.join(missing)}", "install util-linux and iproute2")
+    if not ns.no_unshare:
+        # The same command as root of new user, network and mount namespaces (same pid: signals reach it).
+        os.execvp("unshare", ["unshare", "-rnm", "--propagation", "private", sys.executable, "-m", "launcher",
+                              *argv, "--no-unshare"])  # fmt: skip
+    for name in LWS_ENV:  # the runner is no pod: its own env must not choose a role
+        os.environ.pop(name, None)
+    given = {"recipe": ns.recipe, "recipe_file": ns.recipe_file, "pool": ns.pool}
+    settings = load_settings(**given)
+    recipe = load_recipe(settings.recipe_source, name_given="recipe" in settings.model_fields_set)
+    pool_name, pool = select_pool(settings, recipe)
+    after = None if ns.leader_dns_after == "never" else _seconds(ns.leader_dns_after)
+    lws = ns.lws_name or "".join(c if c.isalnum() else "-" for c in f"{recipe.name}-{pool_name}".lower())
+    layout = GroupLayout(lws, ns.size or pool.nodes, namespace=ns.namespace)
+    env = {k: v for k, v in os.environ.items() if k not in LWS_ENV}
+    env.update({f"LLMD_{k.upper()}": str(v) for k, v in given.items() if v is not None})
+    for item in ns.env:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError.one("--env", "is not KEY=VALUE", "write it as --env NAME=value")
+        env[key] = value
+    workdir = Path(ns.workdir or tempfile.mkdtemp(prefix="llmd-local-group-"))
+    workdir.mkdir(parents=True, exist_ok=True)
+    group = LocalGroup(layout, workdir, env, settings.probe_port, say=lambda line: print(line, flush=True))
+    try:
+        return run_group(group, after, ns.status_every, grace=settings.grace_seconds + 10)
+    except RunnerError as exc:
+        print(f"llm-d-launcher local-group: {exc}", file=sys.stderr, flush=True)
+        return 1
+
+
+def _seconds(text: str) -> float:
+    from launcher.errors import ConfigError
+
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < float("inf"):
+        raise ConfigError.one(
+            "--leader-dns-after", f"{text!r} is not a number of seconds", "give 0, 8.5, or never"
+        )
+    return value

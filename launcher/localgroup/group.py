@@ -1,0 +1,332 @@
+"""The group's namespaces, pods and their teardown (see the package docstring for what a pod gets)."""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+NETWORK = ipaddress.IPv4Network("10.77.0.0/24")  # inside the runner's own network namespace only
+FIRST_POD_HOST = 10  # pod i gets the network's host number 10 + i; .1 is the bridge
+BRIDGE = "llmd-group"
+TAG = "LLMD_LOCAL_GROUP"  # in every pod's env: finds whatever a pod left behind
+LWS_ENV = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "POD_IP", "POD_NAME", "POD_NAMESPACE")
+
+
+@dataclass(frozen=True)
+class LocalPod:
+    index: int
+    name: str  # the pod's name and hostname
+    address: str  # its DNS name under the LWS subdomain
+    ip: str
+
+
+@dataclass(frozen=True)
+class GroupLayout:
+    """Names and addresses of one group's pods, as LWS and the kubelet would give them. Pure."""
+
+    lws: str
+    size: int
+    group: int = 0
+    namespace: str = "default"
+    network: ipaddress.IPv4Network = NETWORK
+
+    @property
+    def gateway(self) -> str:
+        return str(self.network.network_address + 1)
+
+    @property
+    def leader_address(self) -> str:
+        return self.pods[0].address
+
+    @property
+    def pods(self) -> tuple[LocalPod, ...]:
+        pods = []
+        for index in range(self.size):
+            name = f"{self.lws}-{self.group}" + (f"-{index}" if index else "")
+            ip = str(self.network.network_address + FIRST_POD_HOST + index)
+            pods.append(LocalPod(index, name, f"{name}.{self.lws}.{self.namespace}", ip))
+        return tuple(pods)
+
+    def hosts(self, leader_resolves: bool) -> str:
+        """/etc/hosts for every pod; without the leader's entry while its DNS record is not there yet."""
+        lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+        for pod in self.pods:
+            if pod.index or leader_resolves:
+                lines.append(f"{pod.ip}\t{pod.address} {pod.name}")
+        return "\n".join(lines) + "\n"
+
+    def pod_env(self, pod: LocalPod) -> dict[str, str]:
+        return {
+            "LWS_LEADER_ADDRESS": self.leader_address,
+            "LWS_GROUP_SIZE": str(self.size),
+            "LWS_WORKER_INDEX": str(pod.index),
+            "POD_IP": pod.ip,
+            "POD_NAME": pod.name,
+            "POD_NAMESPACE": self.namespace,
+        }
+
+
+class RunnerError(Exception):
+    """The host could not give the group what it needs (no `unshare`, namespaces refused, ...)."""
+
+
+def _run(*argv: str) -> None:
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+    if result.returncode != 0:
+        raise RunnerError(f"{' '.join(argv)}: {result.stderr.strip() or f'exit {result.returncode}'}")
+
+
+@dataclass
+class RunningPod:
+    pod: LocalPod
+    holder: subprocess.Popen[bytes]  # keeps the pod's namespaces; gone with it
+    log: Path
+    termination_log: Path
+    proc: subprocess.Popen[bytes] | None = None
+    exit_code: int | None = None
+    exited_at: float | None = None  # time.time()
+
+
+@dataclass
+class LocalGroup:
+    """Brings the group's network up, starts `llm-d-launcher run` in each pod, and takes it all down."""
+
+    layout: GroupLayout
+    workdir: Path
+    env: Mapping[str, str]  # every pod's env besides what LWS injects
+    probe_port: int
+    say: Callable[[str], None] = print
+    tag: str = field(default_factory=lambda: uuid.uuid4().hex)
+    pods: list[RunningPod] = field(default_factory=list)
+
+    # ------------------------------------------------------------------ network
+    def network_up(self, leader_resolves: bool) -> None:
+        hosts = self.workdir / "hosts"
+        hosts.write_text(self.layout.hosts(leader_resolves))
+        _run("mount", "--bind", str(hosts), "/etc/hosts")  # the runner's own mount namespace
+        _run("ip", "link", "set", "lo", "up")
+        _run("ip", "link", "add", BRIDGE, "type", "bridge")
+        _run("ip", "addr", "add", f"{self.layout.gateway}/{self.layout.network.prefixlen}", "dev", BRIDGE)
+        _run("ip", "link", "set", BRIDGE, "up")
+        for pod in self.layout.pods:
+            self.pods.append(self._pod_namespaces(pod))
+
+    def publish_leader(self) -> None:
+        """The leader's DNS record appears: rewritten in place, so every bind mount sees it."""
+        with open(self.workdir / "hosts", "w", encoding="utf-8") as handle:
+            handle.write(self.layout.hosts(leader_resolves=True))
+
+    def _pod_namespaces(self, pod: LocalPod) -> RunningPod:
+        holder = subprocess.Popen(
+            ["unshare", "--net", "--uts", "--mount", "--propagation", "private", "sh", "-c",
+             'mount -t tmpfs -o mode=1777 shm /dev/shm && hostname "$1" && echo ready && exec sleep infinity',
+             "pod-namespaces", pod.name],
+            stdout=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        assert holder.stdout is not None
+        ready, _, _ = select.select([holder.stdout], [], [], 10)
+        if not ready or holder.stdout.readline().strip() != b"ready":
+            holder.kill()
+            raise RunnerError(f"{pod.name}: could not create its namespaces (unshare --net --uts --mount)")
+        veth = f"llmd{pod.index}"
+        _run("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", str(holder.pid))
+        _run("ip", "link", "set", veth, "master", BRIDGE, "up")
+        inside = ("nsenter", f"--net=/proc/{holder.pid}/ns/net", "ip")
+        _run(*inside, "link", "set", "lo", "up")
+        _run(*inside, "addr", "add", f"{pod.ip}/{self.layout.network.prefixlen}", "dev", "eth0")
+        _run(*inside, "link", "set", "eth0", "up")
+        _run(*inside, "route", "add", "default", "via", self.layout.gateway)
+        directory = self.workdir / pod.name
+        directory.mkdir(parents=True, exist_ok=True)
+        return RunningPod(pod, holder, directory / "output.log", directory / "termination-log")
+
+    # ------------------------------------------------------------------ pods
+    def start_pods(self) -> None:
+        for running in self.pods:
+            pod, holder = running.pod, running.holder.pid
+            env = {
+                **self.env,
+                **self.layout.pod_env(pod),
+                TAG: self.tag,
+                "LLMD_TERMINATION_LOG": str(running.termination_log),
+                "LLMD_RUNTIME_DIR": str(self.workdir / pod.name / "run"),
+                "LLMD_SHM_DIR": "/dev/shm",  # the pod's own tmpfs
+            }
+            with open(running.log, "wb") as log:
+                running.proc = subprocess.Popen(
+                    ["nsenter", f"--net=/proc/{holder}/ns/net", f"--uts=/proc/{holder}/ns/uts",
+                     f"--mount=/proc/{holder}/ns/mnt", "--", sys.executable, "-m", "launcher", "run"],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,  # a terminal's Ctrl-C reaches the runner, which forwards it
+                )  # fmt: skip
+        self._write_manifest()
+
+    def _write_manifest(self) -> None:
+        pods = [
+            {"index": r.pod.index, "name": r.pod.name, "address": r.pod.address, "ip": r.pod.ip,
+             "pid": r.proc.pid if r.proc else None, "probe_port": self.probe_port, "log": str(r.log),
+             "termination_log": str(r.termination_log), "exit_code": r.exit_code, "exited_at": r.exited_at}
+            for r in self.pods
+        ]  # fmt: skip
+        data = {"leader_address": self.layout.leader_address, "tag": self.tag, "pods": pods}
+        (self.workdir / "pods.json").write_text(json.dumps(data, indent=2) + "\n")
+
+    def reap(self) -> list[RunningPod]:
+        """Pods that ended since the last call."""
+        ended = []
+        for running in self.pods:
+            if running.proc is not None and running.exit_code is None:
+                code = running.proc.poll()
+                if code is not None:
+                    running.exit_code = code if code >= 0 else 128 - code
+                    running.exited_at = time.time()
+                    ended.append(running)
+        if ended:
+            self._write_manifest()
+        return ended
+
+    @property
+    def alive(self) -> list[RunningPod]:
+        return [r for r in self.pods if r.proc is not None and r.exit_code is None]
+
+    def signal_pods(self, sig: int) -> None:
+        for running in self.alive:
+            assert running.proc is not None
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(running.proc.pid, sig)
+
+    # ------------------------------------------------------------------ reporting
+    def status(self, pod: RunningPod) -> str:
+        if pod.exit_code is not None:
+            return f"exited {pod.exit_code}"
+        started = self._probe(pod.pod, "startupz")
+        ready = self._probe(pod.pod, "readyz")
+        if started is None:
+            return "probes not answering yet"
+        parts = [f"phase {started.get('phase', '?')}"]
+        ratio = started.get("weights_loaded_ratio")
+        if isinstance(ratio, (int, float)):
+            parts.append(f"weights {ratio:.0%}")
+        if ready is not None and ready.get("ready"):
+            parts.append("READY")
+        elif ready is not None:
+            failing = ready.get("failing")
+            parts.append("not ready: " + ", ".join(sorted(failing) if isinstance(failing, dict) else "?"))
+        return "; ".join(parts)
+
+    def _probe(self, pod: LocalPod, endpoint: str) -> dict[str, object] | None:
+        url = f"http://{pod.ip}:{self.probe_port}/{endpoint}"
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                body = response.read()
+        except urllib.error.HTTPError as exc:
+            body = exc.read()
+        except (OSError, ValueError):
+            return None
+        with contextlib.suppress(ValueError):
+            answer = json.loads(body)
+            if isinstance(answer, dict):
+                return answer
+        return None
+
+    def obituary(self, pod: RunningPod) -> str:
+        message = ""
+        with contextlib.suppress(OSError):
+            message = pod.termination_log.read_text(errors="replace").strip()
+        first = message.splitlines()[0] if message else "(no termination message)"
+        return f"{pod.pod.name} exited {pod.exit_code}: {first}"
+
+    # ------------------------------------------------------------------ teardown
+    def leftovers(self) -> list[int]:
+        """Processes that carry this run's tag after every pod ended: a pod left them behind."""
+        import psutil
+
+        found = []
+        for proc in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                if proc.pid != os.getpid() and proc.environ().get(TAG) == self.tag:
+                    found.append(proc.pid)
+        return found
+
+    def teardown(self) -> list[int]:
+        """Kill whatever a pod left behind (and say so), then the namespace holders."""
+        left = self.leftovers()
+        for pid in left:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        for running in self.pods:
+            with contextlib.suppress(ProcessLookupError):
+                running.holder.kill()
+            running.holder.wait()
+        # The pods' veths went with their namespaces; the bridge and the hosts mount are the runner's.
+        for argv in (("ip", "link", "del", BRIDGE), ("umount", "/etc/hosts")):
+            subprocess.run(argv, capture_output=True, timeout=30, check=False)
+        return left
+
+
+def run_group(group: LocalGroup, leader_dns_after: float | None, status_every: float, grace: float) -> int:
+    """Run until every pod has ended; SIGINT/SIGTERM stop the group as a deletion would. The exit code is
+    the first non-zero pod exit, else 0."""
+    stop: list[int] = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda signum, _frame: stop.append(signum))
+    started = time.monotonic()
+    published = leader_dns_after == 0
+    try:
+        group.network_up(leader_resolves=published)
+        group.start_pods()
+        for running in group.pods:
+            group.say(f"pod {running.pod.index} {running.pod.name} ({running.pod.ip}) log: {running.log}")
+        group.say(f"LWS_LEADER_ADDRESS={group.layout.leader_address}; pods.json in {group.workdir}")
+        first_failure: int | None = None
+        next_status = started + status_every
+        stop_sent_at: float | None = None
+        while group.alive:
+            now = time.monotonic()
+            if stop and stop_sent_at is None:
+                group.say(f"stopping the group: SIGTERM to every pod (signal {stop[0]})")
+                group.signal_pods(signal.SIGTERM)
+                stop_sent_at = now
+            if stop_sent_at is not None and now - stop_sent_at > grace:
+                group.say(f"pods still running {grace:g} s after SIGTERM: SIGKILL")
+                group.signal_pods(signal.SIGKILL)
+                stop_sent_at = float("inf")
+            if not published and leader_dns_after is not None and now - started >= leader_dns_after:
+                group.publish_leader()
+                published = True
+                group.say(f"[{now - started:5.0f}s] DNS: {group.layout.leader_address} now resolves")
+            for running in group.reap():
+                group.say(f"[{now - started:5.0f}s] {group.obituary(running)}")
+                if running.exit_code and first_failure is None:
+                    first_failure = running.exit_code
+            if now >= next_status and group.alive:
+                for running in group.pods:
+                    group.say(f"[{now - started:5.0f}s] pod {running.pod.index}: {group.status(running)}")
+                next_status = now + status_every
+            time.sleep(0.1)
+        return first_failure or 0
+    finally:
+        group.signal_pods(signal.SIGKILL)
+        for running in group.pods:
+            if running.proc is not None:
+                running.proc.wait()
+        left = group.teardown()
+        if left:
+            group.say(f"killed {len(left)} process(es) the pods left behind: {left}")

@@ -1,0 +1,209 @@
+"""Group tier: whole LWS groups on this machine through `llm-d-launcher local-group`, every pod in its
+own network, UTS and mount namespace with its own IP on a bridge and the LWS DNS names in a private
+/etc/hosts. tests/run.sh runs this tier under `unshare -rnm` (user + network + mount namespaces of the
+test run's own), so the bridge, the pods and their traffic exist only inside it, and the tests reach
+every pod's IP through the bridge."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pytest
+
+from launcher.localgroup.group import TAG
+from tests.engines.conftest import build_tiny_model
+from tests.engines.engine_venvs import VENVS, engine_env
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="session")
+def own_namespaces() -> None:
+    interfaces = {line.split(":")[0].strip() for line in Path("/proc/net/dev").read_text().splitlines()[2:]}
+    if interfaces != {"lo"} or os.geteuid() != 0:
+        pytest.fail(
+            "the group tier makes a bridge and namespaces: run it through tests/run.sh, which runs it "
+            f"under `unshare -rnm` (found interfaces {sorted(interfaces)}, euid {os.geteuid()})"
+        )
+
+
+@pytest.fixture(scope="session")
+def tp2_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model with 2 KV heads: tensor parallelism over 2 ranks splits them."""
+    return build_tiny_model(tmp_path_factory, "--kv-heads", "2")
+
+
+def prefill_recipe(path: Path, model: Path) -> Path:
+    """The guide's prefill shape on CPU: `multinode`, TP across 2 pods, render sidecar on the leader,
+    KV events with replay, prefix caching."""
+    path.write_text(
+        "name: tiny-group\n"
+        f"model: {{path: {model}, served_name: tiny}}\n"
+        "default_pool: prefill\n"
+        "pools:\n"
+        "  prefill:\n"
+        "    kind: vllm\n"
+        "    layout: multinode\n"
+        "    nodes: 2\n"
+        "    gpus_per_node: 1\n"
+        "    tensor_parallel: 2\n"
+        "    port: 8000\n"
+        "    args: {max-model-len: 512, dtype: float32, enforce-eager: true, enable-prefix-caching: true,\n"
+        "           block-size: 32}\n"
+        '    env: {VLLM_CPU_KVCACHE_SPACE: "1", PYTHONHASHSEED: "42"}\n'
+        "    kv_events: {port: 5557, replay_port: 5567}\n"
+        "    render: {port: 8089}\n"
+    )
+    return path
+
+
+@dataclass
+class GroupRun:
+    """One `llm-d-launcher local-group` run and what the tests ask of it."""
+
+    workdir: Path
+    proc: subprocess.Popen[str]
+    started: float = field(default_factory=time.monotonic)
+
+    def manifest(self) -> dict[str, Any]:
+        """pods.json: the runner rewrites it when a pod exits (exit codes and times)."""
+        path = self.workdir / "pods.json"
+        deadline = time.monotonic() + 30
+        while not path.exists():
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise AssertionError(f"no pods.json; runner exited {self.proc.poll()}:\n{self.output()}")
+            time.sleep(0.1)
+        data: dict[str, Any] = json.loads(path.read_text())
+        return data
+
+    def pods(self) -> list[dict[str, Any]]:
+        pods: list[dict[str, Any]] = self.manifest()["pods"]
+        return pods
+
+    def output(self) -> str:
+        return (self.workdir / "runner.out").read_text(errors="replace")
+
+    def pod_output(self, index: int) -> str:
+        return Path(self.pods()[index]["log"]).read_text(errors="replace")
+
+    def termination(self, index: int) -> str:
+        path = Path(self.pods()[index]["termination_log"])
+        return path.read_text() if path.exists() else ""
+
+    def probe(self, index: int, endpoint: str) -> tuple[int | None, dict[str, Any]]:
+        pod = self.pods()[index]
+        try:
+            reply = httpx.get(f"http://{pod['ip']}:{pod['probe_port']}/{endpoint}", timeout=2)
+        except httpx.HTTPError:
+            return None, {}
+        return reply.status_code, reply.json() if "json" in reply.headers.get("content-type", "") else {}
+
+    def wait(self, what: str, condition: Any, timeout: float) -> float:
+        """Poll until condition() is true; the seconds it took."""
+        began = time.monotonic()
+        while time.monotonic() - began < timeout:
+            if condition():
+                return time.monotonic() - began
+            if self.proc.poll() is not None and not condition():
+                raise AssertionError(f"runner exited {self.proc.returncode} before {what}:\n{self.digest()}")
+            time.sleep(0.25)
+        raise AssertionError(f"not {what} within {timeout} s:\n{self.digest()}")
+
+    def wait_ready(self, timeout: float = 420) -> float:
+        count = len(self.pods())
+        return self.wait(
+            "ready", lambda: all(self.probe(i, "readyz")[0] == 200 for i in range(count)), timeout
+        )
+
+    def exit_code(self, index: int) -> int | None:
+        code: int | None = self.pods()[index]["exit_code"]
+        return code
+
+    def exited_at(self, index: int) -> float:
+        when: float = self.pods()[index]["exited_at"]
+        return when
+
+    def launcher(self, index: int) -> psutil.Process:
+        return psutil.Process(self.pods()[index]["pid"])
+
+    def engine(self, index: int) -> psutil.Process:
+        """The pod's engine main process: the launcher's child running `vllm serve`."""
+        for child in self.launcher(index).children():
+            if "serve" in child.cmdline():
+                return child
+        raise AssertionError(f"pod {index} has no engine process")
+
+    def stop(self, timeout: float = 90) -> int:
+        """Ctrl-C to the runner: SIGTERM to every pod at once, as a group deletion."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        return self.proc.wait(timeout=timeout)
+
+    def digest(self) -> str:
+        parts = [f"--- runner\n{self.output()[-3000:]}"]
+        manifest = self.workdir / "pods.json"
+        for pod in json.loads(manifest.read_text())["pods"] if manifest.exists() else []:
+            log = Path(pod["log"])
+            parts.append(
+                f"--- {pod['name']}\n{log.read_text(errors='replace')[-4000:] if log.exists() else ''}"
+            )
+        return "\n".join(parts)
+
+
+def leftovers(tag: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get(TAG) == tag and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.fixture
+def start_group(tmp_path: Path, own_namespaces: None) -> Iterator[Any]:
+    runs: list[GroupRun] = []
+
+    def start(recipe: Path, *args: str, env: dict[str, str] | None = None) -> GroupRun:
+        workdir = tmp_path / f"group{len(runs)}"
+        workdir.mkdir()
+        pod_env = {
+            **engine_env(workdir),
+            "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin",
+            "PYTHONPATH": str(REPO),
+            "LLMD_BIN_PATH": str(VENVS / "vllm" / "bin"),
+            "LLMD_LOG_FORMAT": "text",
+            "LLMD_RECIPE_FILE": str(recipe),
+            **(env or {}),
+        }
+        out = open(workdir / "runner.out", "w")  # noqa: SIM115 - the runner writes it until it exits
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "launcher", "local-group", "--no-unshare", "--workdir", str(workdir),
+             "--status-every", "10", *args],
+            env=pod_env, stdout=out, stderr=subprocess.STDOUT, text=True, cwd=workdir,
+        )  # fmt: skip
+        run = GroupRun(workdir, proc)
+        runs.append(run)
+        return run
+
+    yield start
+    for run in runs:
+        if run.proc.poll() is None:
+            run.proc.send_signal(signal.SIGINT)
+            try:
+                run.proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                run.proc.kill()
+                run.proc.wait()
