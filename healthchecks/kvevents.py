@@ -124,6 +124,8 @@ class Malformed(ValueError):
 
 
 def decode(frames: list[bytes]) -> Batch:
+    """One typed call decodes and validates the usual (map-form) batch; the tagged-array form, and
+    which kind of wrong a bad message is, are worked out only when that call fails."""
     if len(frames) != 3:
         raise Malformed("frames", f"{len(frames)} frames, expected 3 (topic, seq, payload)")
     topic, seq_bytes, payload = frames
