@@ -24,7 +24,7 @@ import time
 from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import msgspec
 
@@ -52,9 +52,7 @@ class KvEvent(msgspec.Struct, tag=True, frozen=True, gc=False):
     use (vLLM's lora_name, extra_keys, group_idx, 0.33's lookahead_token_ids, SGLang's cache_salt)
     are skipped, so an engine adding one changes nothing here."""
 
-    @property
-    def type(self) -> str:
-        return str(self.__struct_config__.tag)
+    type: ClassVar[str]  # the tag, set below: read per event, so a class attribute, not a property
 
 
 class BlockStored(KvEvent, frozen=True):
@@ -88,6 +86,11 @@ class _BlockRemovedArray(BlockRemoved, array_like=True, tag="BlockRemoved", froz
 
 class _AllBlocksClearedArray(AllBlocksCleared, array_like=True, tag="AllBlocksCleared", frozen=True):
     pass
+
+
+for _kind in (BlockStored, BlockRemoved, AllBlocksCleared, _BlockStoredArray, _BlockRemovedArray,
+              _AllBlocksClearedArray):  # fmt: skip
+    _kind.type = str(_kind.__struct_config__.tag)
 
 
 class _WireBatch(msgspec.Struct, array_like=True, gc=False):
