@@ -2,46 +2,112 @@
 says whether the stream is whole. Precise prefix-cache routing silently degrades when a publisher
 stops or loses messages; this is where that becomes visible (metrics, /kvevents, logs, readiness).
 
-Wire format (shared/REFERENCE.md §2.10, §3.5, §5.3): three frames, `topic`, an 8-byte big-endian
-sequence number (per publisher, from 0) and a msgpack batch `[ts, events, dp_rank]`. Events are maps
-with a "type" key (vLLM 0.32/0.33, SGLang), or tagged arrays `[tag, ...]` (older vLLM). Missed
-sequence numbers are asked of the replay endpoint (a ROUTER): `[b"", seq8]` from a DEALER; it answers
-`[b"", topic, seq8, payload]` per buffered batch and ends with an empty topic and seq 0xff…ff.
+Wire format (vLLM 0.32, vllm/distributed/kv_events.py: ZmqEventPublisher, EventBatch, KVCacheEvent;
+SGLang 0.5, sglang/srt/disaggregation/kv_events.py): three frames, `topic`, an 8-byte big-endian
+sequence number (per publisher, from 0) and a MessagePack batch `[ts, events, dp_rank]` (a msgspec
+Struct with array_like=True). Events are msgspec-tagged maps whose "type" names the kind (vLLM 0.32
+and 0.33, SGLang), or tagged arrays `[tag, ...]` (older vLLM, still accepted by llm-d's router).
+Missed sequence numbers are asked of the replay endpoint (a ROUTER): `[b"", seq8]` from a DEALER; it
+answers `[b"", topic, seq8, payload]` per buffered batch and ends with an empty topic and seq 0xff…ff.
 
-Decoding and sequence tracking are pure; the watcher drains each SUB socket synchronously when its
-descriptor turns readable, so one event-loop wake-up handles a whole burst.
+Decoding is one typed msgspec call that validates the shape as it goes; sequence tracking is pure;
+the watcher drains each SUB socket synchronously when its descriptor turns readable, so one
+event-loop wake-up handles a whole burst.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import time
 from collections import Counter, deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
-import msgpack
+import msgspec
 
 from launcher.plan import KvEventSource, KvEventsWatch
 from launcher.supervise.logs import Log
 
+if TYPE_CHECKING:
+    import aiohttp
+    import zmq
+
 EVENT_TYPES = ("BlockStored", "BlockRemoved", "AllBlocksCleared")
-_KNOWN_TYPES = frozenset(EVENT_TYPES)
 END_SEQ = 0xFFFFFFFFFFFFFFFF
 REPLAY_TIMEOUT = 5.0  # seconds to wait for one replay answer
 DRAIN_BATCH = 1000  # messages handled per wake-up before yielding to the loop
+COALESCE = 0.05  # seconds: while a publisher is busy its batches are read in bursts, one wake-up each
 RECENT = 16  # BlockStored events kept for /kvevents
 
 
 # ------------------------------------------------------------------ decoding (pure)
-@dataclass(frozen=True)
-class Event:
-    type: str
-    block_hashes: tuple[int | bytes, ...] = ()
+BlockHash = int | bytes  # int by default, signed in SGLang, 32 raw bytes when vLLM is told so
+
+
+class KvEvent(msgspec.Struct, tag=True, frozen=True, gc=False):
+    """One KV-cache event; the tag (the class name) is the "type" key. Fields this watcher does not
+    use (vLLM's lora_name, extra_keys, group_idx, 0.33's lookahead_token_ids, SGLang's cache_salt)
+    are skipped, so an engine adding one changes nothing here."""
+
+    type: ClassVar[str]  # the tag, set below: read per event, so a class attribute, not a property
+
+
+class BlockStored(KvEvent, frozen=True):
+    # In the order of the tagged-array form, which the array subclass below inherits.
+    block_hashes: tuple[BlockHash, ...] = ()
+    parent_block_hash: BlockHash | None = None
     token_ids: tuple[int, ...] = ()
     block_size: int | None = None
+    lora_id: int | None = None
     medium: str | None = None
+
+
+class BlockRemoved(KvEvent, frozen=True):
+    block_hashes: tuple[BlockHash, ...] = ()
+    medium: str | None = None
+
+
+class AllBlocksCleared(KvEvent, frozen=True):
+    pass
+
+
+# Older vLLM: the same events as positional arrays `[tag, field, ...]`. msgspec cannot mix array and
+# map forms in one union, so these are a second decoder, tried only when the first one fails.
+class _BlockStoredArray(BlockStored, array_like=True, tag="BlockStored", frozen=True):
+    pass
+
+
+class _BlockRemovedArray(BlockRemoved, array_like=True, tag="BlockRemoved", frozen=True):
+    pass
+
+
+class _AllBlocksClearedArray(AllBlocksCleared, array_like=True, tag="AllBlocksCleared", frozen=True):
+    pass
+
+
+for _kind in (BlockStored, BlockRemoved, AllBlocksCleared, _BlockStoredArray, _BlockRemovedArray,
+              _AllBlocksClearedArray):  # fmt: skip
+    _kind.type = str(_kind.__struct_config__.tag)
+
+
+class _WireBatch(msgspec.Struct, array_like=True, gc=False):
+    ts: float
+    events: list[BlockStored | BlockRemoved | AllBlocksCleared]
+    rank: int | None = None  # vLLM's data_parallel_rank, SGLang's attn_dp_rank; absent in older ones
+
+
+class _WireBatchOfArrays(msgspec.Struct, array_like=True, gc=False):
+    ts: float
+    events: list[_BlockStoredArray | _BlockRemovedArray | _AllBlocksClearedArray]
+    rank: int | None = None
+
+
+_DECODE = msgspec.msgpack.Decoder(_WireBatch).decode
+_DECODE_ARRAYS = msgspec.msgpack.Decoder(_WireBatchOfArrays).decode
+_DECODE_ANY = msgspec.msgpack.Decoder().decode
 
 
 class Batch(NamedTuple):  # a tuple: built ~100k times a second when a publisher floods
@@ -49,12 +115,7 @@ class Batch(NamedTuple):  # a tuple: built ~100k times a second when a publisher
     seq: int
     ts: float
     rank: int | None
-    types: tuple[str, ...]  # each event's type, checked
-    raw_events: list[Any]  # as decoded; turned into Events only when someone looks
-
-    @property
-    def events(self) -> tuple[Event, ...]:
-        return tuple(_event(raw) for raw in self.raw_events)
+    events: Sequence[KvEvent]
 
 
 class Malformed(ValueError):
@@ -65,70 +126,49 @@ class Malformed(ValueError):
         self.kind = kind
 
 
-# Field order of the tagged-array form (older vLLM; llm-d's consumer still accepts it).
-_ARRAY_FIELDS = {
-    "BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium"),
-    "BlockRemoved": ("block_hashes", "medium"),
-    "AllBlocksCleared": (),
-}
-
-
 def decode(frames: list[bytes]) -> Batch:
-    """Checks the shape of everything it counts; building Event objects is left for later (the watcher
-    drains ~100k batches/s, and all it needs per event is its type)."""
+    """One typed call decodes and validates the usual (map-form) batch; the tagged-array form, and
+    which kind of wrong a bad message is, are worked out only when that call fails."""
     if len(frames) != 3:
         raise Malformed("frames", f"{len(frames)} frames, expected 3 (topic, seq, payload)")
     topic, seq_bytes, payload = frames
     if len(seq_bytes) != 8:
         raise Malformed("sequence", f"sequence frame of {len(seq_bytes)} bytes, expected 8")
     try:
-        body = msgpack.unpackb(payload, raw=False, strict_map_key=False)
-    except Exception as exc:  # msgpack raises several unrelated types for garbage
-        raise Malformed("msgpack", f"payload is not msgpack ({type(exc).__name__})") from None
-    if type(body) is not list or len(body) not in (2, 3) or type(body[1]) is not list:
-        raise Malformed("batch", "payload is not [ts, events, dp_rank]")
-    ts, raw_events = body[0], body[1]
-    rank = body[2] if len(body) == 3 else None
-    if not isinstance(ts, (int, float)) or not (rank is None or isinstance(rank, int)):
-        raise Malformed("batch", "payload is not [ts, events, dp_rank]")
-    return Batch(topic, int.from_bytes(seq_bytes, "big"), float(ts), rank, _types(raw_events), raw_events)
+        body: _WireBatch | _WireBatchOfArrays = _DECODE(payload)
+    except msgspec.ValidationError as exc:
+        try:
+            body = _DECODE_ARRAYS(payload)
+        except msgspec.ValidationError as array_exc:
+            raise _malformed(payload, exc, array_exc) from None
+    except msgspec.DecodeError as exc:
+        raise Malformed("msgpack", f"payload is not MessagePack ({exc})") from None
+    return Batch(topic, int.from_bytes(seq_bytes, "big"), body.ts, body.rank, body.events)
 
 
-def _types(raw_events: list[Any]) -> tuple[str, ...]:
-    types = []
-    for raw in raw_events:
+def _malformed(payload: bytes, as_maps: Exception, as_arrays: Exception) -> Malformed:
+    """Which kind of wrong: told from the payload's generic shape (the slow path, for bad messages
+    only), with the typed decoder's own account of where it broke as the detail."""
+    try:
+        body = _DECODE_ANY(payload)
+    except msgspec.DecodeError as exc:  # well-formed up to where the typed decoder stopped
+        return Malformed("msgpack", f"payload is not MessagePack ({exc})")
+    if type(body) is not list or len(body) < 2 or type(body[1]) is not list:
+        return Malformed("batch", f"payload is not [ts, events, dp_rank]: {as_maps}")
+    if type(body[0]) not in (int, float) or not (len(body) == 2 or body[2] is None or type(body[2]) is int):
+        return Malformed("batch", f"payload is not [ts, events, dp_rank]: {as_maps}")
+    if any(type(raw) is list for raw in body[1]):
+        as_maps = as_arrays
+    for raw in body[1]:
         if type(raw) is dict:
             kind = raw.get("type")
-            if kind != "AllBlocksCleared":
-                hashes, tokens = raw.get("block_hashes"), raw.get("token_ids")
-                if not (hashes is None or type(hashes) is list) or not (
-                    tokens is None or type(tokens) is list
-                ):
-                    raise Malformed("event", f"{kind} with block_hashes or token_ids that are not lists")
         elif type(raw) is list and raw and type(raw[0]) is str:
             kind = raw[0]
         else:
-            raise Malformed("event", "an event is neither a map with 'type' nor a tagged array")
-        if kind not in _KNOWN_TYPES:
-            raise Malformed("event-type", f"unknown event type {str(kind)[:40]!r}")
-        types.append(kind)
-    return tuple(types)
-
-
-def _event(raw: Any) -> Event:
-    if type(raw) is dict:
-        kind, fields = raw["type"], raw
-    else:
-        kind = raw[0]
-        fields = dict(zip(_ARRAY_FIELDS[kind], raw[1:], strict=False))
-    size, medium = fields.get("block_size"), fields.get("medium")
-    return Event(
-        kind,
-        tuple(fields.get("block_hashes") or ()),
-        tuple(fields.get("token_ids") or ()),
-        size if isinstance(size, int) else None,
-        medium if isinstance(medium, str) else None,
-    )
+            return Malformed("event", "an event is neither a map with 'type' nor a tagged array")
+        if kind not in EVENT_TYPES:
+            return Malformed("event-type", f"unknown event type {str(kind)[:40]!r}")
+    return Malformed("event", str(as_maps))  # a known kind with a field of the wrong type
 
 
 # ------------------------------------------------------------------ sequence tracking (pure)
@@ -142,27 +182,33 @@ class Gap:
         return self.last - self.first + 1
 
 
+class Seen(enum.Enum):
+    NEXT = "next in line"
+    RESET = "the publisher restarted"
+    OLD = "already seen"
+
+
 class SequenceTracker:
     """What each arriving sequence number means: next in line, a gap, a restarted publisher, or old."""
 
     def __init__(self) -> None:
         self.expected: int | None = None  # None: nothing seen yet
 
-    def see(self, seq: int) -> Gap | str:
+    def see(self, seq: int) -> Gap | Seen:
         expected = self.expected
-        if expected is None:
-            self.expected = seq + 1
-            return Gap(0, seq - 1) if seq > 0 else "ok"  # batches published before we connected
         if seq == expected:
             self.expected = seq + 1
-            return "ok"
+            return Seen.NEXT
+        if expected is None:
+            self.expected = seq + 1
+            return Gap(0, seq - 1) if seq > 0 else Seen.NEXT  # batches published before we connected
         if seq > expected:
             self.expected = seq + 1
             return Gap(expected, seq - 1)
         if seq == 0:  # a new publisher (the engine restarted) counts from 0 again
             self.expected = 1
-            return "reset"
-        return "old"  # already seen (replayed twice, or a stale duplicate)
+            return Seen.RESET
+        return Seen.OLD  # already seen (replayed twice, or a stale duplicate)
 
 
 # ------------------------------------------------------------------ per-rank state
@@ -188,9 +234,9 @@ class RankStats:
 class WatcherState:
     ranks: dict[int, RankStats]
     malformed: Counter[str] = field(default_factory=Counter)
-    recent: deque[tuple[int, int, Any]] = field(
+    recent: deque[tuple[int, int, BlockStored]] = field(
         default_factory=lambda: deque(maxlen=RECENT)
-    )  # rank, seq, raw
+    )  # rank, seq, event
 
     def as_dict(self, now: float) -> dict[str, Any]:
         return {
@@ -214,13 +260,11 @@ class WatcherState:
                 for rank, s in self.ranks.items()
             },
             "malformed": dict(self.malformed),
-            "recent_block_stored": [
-                _stored_dict(rank, seq, _event(raw)) for rank, seq, raw in list(self.recent)
-            ],
+            "recent_block_stored": [_stored_dict(rank, seq, event) for rank, seq, event in list(self.recent)],
         }
 
 
-def _stored_dict(rank: int, seq: int, event: Event) -> dict[str, Any]:
+def _stored_dict(rank: int, seq: int, event: BlockStored) -> dict[str, Any]:
     return {
         "rank": rank,
         "seq": seq,
@@ -232,16 +276,17 @@ def _stored_dict(rank: int, seq: int, event: Event) -> dict[str, Any]:
 
 # ------------------------------------------------------------------ the watcher (asyncio + pyzmq)
 class KvEventWatcher:
+    _ctx: zmq.Context[zmq.Socket[bytes]]  # from run() on
+
     def __init__(
         self, watch: KvEventsWatch, log: Log, host: str = "127.0.0.1", state: WatcherState | None = None
     ) -> None:
         """state: carry on from an earlier watcher's counts and sequence numbers (a restart)."""
         self.watch, self.log, self.host = watch, log, host
         self.state = state or WatcherState({s.rank: RankStats(s) for s in watch.sources})
-        self._sockets: list[Any] = []
+        self._sockets: list[zmq.Socket[bytes]] = []
         self._tasks: set[asyncio.Task[None]] = set()
         self._logged: set[str] = set()
-        self._ctx: Any = None
 
     # -------------------------------------------------------------- life cycle
     async def run(self) -> None:
@@ -266,8 +311,7 @@ class KvEventWatcher:
                 sock.setsockopt(zmq.SUBSCRIBE, b"")
                 sock.connect(f"tcp://{self.host}:{stats.source.port}")
                 self._sockets.append(sock)
-                loop.add_reader(sock.getsockopt(zmq.FD), self._drain, sock, stats)
-                self._drain(sock, stats)  # the descriptor is edge-triggered: read what is already there
+                self._pump(sock, stats)
             await self._watch_silence()
         finally:
             # Replays first: a socket still open would make the context's termination wait forever.
@@ -276,23 +320,36 @@ class KvEventWatcher:
             await asyncio.gather(*self._tasks, return_exceptions=True)
             for sock in self._sockets:
                 with contextlib.suppress(Exception):
-                    loop.remove_reader(sock.getsockopt(zmq.FD))
+                    loop.remove_reader(sock.fileno())
             self._sockets.clear()
             self._ctx.destroy(linger=0)  # closes whatever is left, never blocks
 
-    def _drain(self, sock: Any, stats: RankStats) -> None:
+    def _pump(self, sock: zmq.Socket[bytes], stats: RankStats) -> None:
+        """Reads what is queued. Idle, it waits for the descriptor; busy, it comes back COALESCE
+        seconds later and takes everything that piled up meanwhile in one wake-up, so a steady 200
+        batches/s costs ~20 wake-ups, not 200. (The descriptor is edge-triggered: it is armed again
+        only after a read that found the socket empty.)"""
         import zmq
 
-        if sock.closed:  # a drain scheduled just before the watcher stopped
+        if sock.closed:  # a pump scheduled just before the watcher stopped
             return
-        for _ in range(DRAIN_BATCH):
+        loop = asyncio.get_running_loop()
+        handled = 0
+        while handled < DRAIN_BATCH:
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
-                return
+                break
             self.handle(stats, frames)
-        # More is waiting: come back after the loop has served everything else (probes, children).
-        asyncio.get_running_loop().call_soon(self._drain, sock, stats)
+            handled += 1
+        else:  # more is waiting: come back after the loop has served everything else (probes, children)
+            loop.call_soon(self._pump, sock, stats)
+            return
+        if handled:
+            loop.remove_reader(sock.fileno())
+            loop.call_later(COALESCE, self._pump, sock, stats)
+        else:
+            loop.add_reader(sock.fileno(), self._pump, sock, stats)
 
     # -------------------------------------------------------------- one message
     def handle(self, stats: RankStats, frames: list[bytes], replayed: bool = False) -> bool:
@@ -313,9 +370,9 @@ class KvEventWatcher:
             self._count(stats, batch)
             return True
         outcome = stats.tracker.see(batch.seq)
-        if outcome == "old":
+        if outcome is Seen.OLD:
             return False
-        if outcome == "reset":
+        if outcome is Seen.RESET:
             stats.resets += 1
             stats.lost += len(stats.pending)  # the old publisher's replay buffer is gone with it
             stats.pending.clear()
@@ -333,11 +390,13 @@ class KvEventWatcher:
         if stats.silent:
             stats.silent = False
             self.log.info("KV events flowing again", rank=stats.source.rank)
-        types = batch.types
-        stats.events.update(types)
-        if "BlockStored" in types:  # the batch's last one, formatted only when /kvevents is asked
-            last = len(types) - 1 - types[::-1].index("BlockStored")
-            self.state.recent.append((stats.source.rank, batch.seq, batch.raw_events[last]))
+        counts, stored = stats.events, None
+        for event in batch.events:
+            counts[event.type] += 1
+            if isinstance(event, BlockStored):
+                stored = event
+        if stored is not None:  # the batch's last one, formatted only when /kvevents is asked
+            self.state.recent.append((stats.source.rank, batch.seq, stored))
 
     # -------------------------------------------------------------- gaps and replay
     def _on_gap(self, stats: RankStats, gap: Gap) -> None:
@@ -436,7 +495,7 @@ class KvEventWatcher:
             self.log.warning(message + " (logged once)", **fields)
 
 
-async def _requests_served(session: Any, host: str, port: int) -> float | None:
+async def _requests_served(session: aiohttp.ClientSession, host: str, port: int) -> float | None:
     """Requests this rank finished or is running, from vLLM's /metrics; None when it does not answer."""
     from prometheus_client.parser import text_string_to_metric_families
 

@@ -17,10 +17,9 @@ CITATION = re.compile(
     rf"(?<![\w-]){_SHARED}|{_REF}\.md|{_REF}\s*§|{_ARCH}\.md|(?<![\w-]){_SEEDS}|{_GUIDE_SEED}",
     re.IGNORECASE,
 )
+
+
 # Another branch rewrites this file; drop the entry when that lands (issue #10).
-PENDING = {("healthchecks/kvevents.py", "Wire format (" + _SHARED + _REF + ".md §2.10, §3.5, §5.3)")}
-
-
 def tracked_files() -> list[str]:
     """Tracked and new files (not ignored) in a checkout; otherwise every file outside caches and venvs."""
     try:
@@ -44,7 +43,7 @@ def citations(name: str, text: str) -> list[str]:
     return [
         f"{name}:{number}: {line.strip()}"
         for number, line in enumerate(text.splitlines(), 1)
-        if CITATION.search(line) and not any(name == path and part in line for path, part in PENDING)
+        if CITATION.search(line)
     ]
 
 
