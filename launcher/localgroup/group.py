@@ -117,6 +117,11 @@ class LocalGroup:
         hosts = self.workdir / "hosts"
         hosts.write_text(self.layout.hosts(leader_resolves))
         _run("mount", "--bind", str(hosts), "/etc/hosts")  # the runner's own mount namespace
+        # No DNS server is reachable from the pods: a name not (yet) in /etc/hosts must fail at once,
+        # as NXDOMAIN does in a cluster, not after the host's resolver timeouts.
+        resolv = self.workdir / "resolv.conf"
+        resolv.write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+        _run("mount", "--bind", str(resolv), "/etc/resolv.conf")
         _run("ip", "link", "set", "lo", "up")
         _run("ip", "link", "add", BRIDGE, "type", "bridge")
         _run("ip", "addr", "add", f"{self.layout.gateway}/{self.layout.network.prefixlen}", "dev", BRIDGE)
@@ -276,7 +281,7 @@ class LocalGroup:
                 running.holder.kill()
             running.holder.wait()
         # The pods' veths went with their namespaces; the bridge and the hosts mount are the runner's.
-        for argv in (("ip", "link", "del", BRIDGE), ("umount", "/etc/hosts")):
+        for argv in (("ip", "link", "del", BRIDGE), ("umount", "/etc/hosts"), ("umount", "/etc/resolv.conf")):
             subprocess.run(argv, capture_output=True, timeout=30, check=False)
         return left
 

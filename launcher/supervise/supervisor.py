@@ -347,13 +347,13 @@ class Supervisor:
         if engine.running:
             # The engine's main process only: it drains and then stops its own workers. vLLM's TP
             # workers exit on the first SIGTERM, so signalling the group would abort in-flight work.
+            # A pod condemned while its engine runs (a group member gone) has nothing worth draining.
+            wait = budget.engine_deadline if requested else budget.sidecar_window
             self._signal_main(engine, signal.SIGTERM)
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(engine.exited.wait(), timeout=budget.engine_deadline)
+                await asyncio.wait_for(engine.exited.wait(), timeout=wait)
             if engine.running:
-                self.log.warning(
-                    "engine still running after its drain window", waited_s=budget.engine_deadline
-                )
+                self.log.warning("engine still running after its drain window", waited_s=wait)
         # Sidecars, what is left of the engine's group, and strays that left their groups.
         for state in self.processes:
             self._signal_main(state, signal.SIGTERM)

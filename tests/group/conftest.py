@@ -207,3 +207,35 @@ def start_group(tmp_path: Path, own_namespaces: None) -> Iterator[Any]:
             except subprocess.TimeoutExpired:
                 run.proc.kill()
                 run.proc.wait()
+
+
+@pytest.fixture(scope="session")
+def moe_flagged_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny dense model whose config.json also says `num_local_experts: 4`: vLLM 0.32 then accepts
+    the DP supervisor and expert parallelism for it (tests/engines/tiny_model.py says why)."""
+    return build_tiny_model(tmp_path_factory, "--local-experts", "4")
+
+
+def decode_recipe(path: Path, model: Path) -> Path:
+    """The guide's decode shape on CPU: two pods x 2 local DP ranks (DP=4, EP=4) behind vLLM's DP
+    supervisor, the disagg sidecar in front (8000+i -> 8200+i)."""
+    path.write_text(
+        "name: tiny-decode\n"
+        f"model: {{path: {model}, served_name: tiny}}\n"
+        "default_pool: decode\n"
+        "pools:\n"
+        "  decode:\n"
+        "    kind: vllm\n"
+        "    layout: data-parallel\n"
+        "    nodes: 2\n"
+        "    gpus_per_node: 2\n"
+        "    data_parallel_local: 2\n"
+        "    port: 8200\n"
+        "    supervisor_port: 8208\n"
+        "    dp_rpc_port: 5555\n"
+        "    args: {max-model-len: 512, dtype: float32, enforce-eager: true, enable-expert-parallel: true,\n"
+        "           block-size: 32}\n"
+        '    env: {VLLM_CPU_KVCACHE_SPACE: "1", PYTHONHASHSEED: "42"}\n'
+        "    disagg_sidecar: {port: 8000, kv_connector: nixlv2, args: {secure-proxy: false}}\n"
+    )
+    return path

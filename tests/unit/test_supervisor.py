@@ -194,6 +194,7 @@ def supervise(
     early_signal: int | None = None,
     restarts: int = 3,
     window: float = 300.0,
+    condemn_at: float | None = None,
 ) -> tuple[Outcome, Pod]:
     """Run an engine and a render sidecar under the fake spawner until the pod ends."""
     pod = Pod(spawner)
@@ -215,6 +216,8 @@ def supervise(
             loop.call_later(at, events.put_nowait, SignalReceived(signum))
         output = ChildOutput(as_json=False, scrub=Scrubber(()))
         pod.supervisor = Supervisor(plan, config, events, output, pod.log, clock=loop.time, spawner=spawner)
+        if condemn_at is not None:  # a watcher's verdict, e.g. a group member gone
+            loop.call_later(condemn_at, pod.supervisor.condemn, "group member worker 1 is gone", 4)
         return await pod.supervisor.run()
 
     return run_virtual(main), pod
@@ -341,3 +344,23 @@ def test_a_signal_queued_before_spawning_starts_nothing_and_exits_0(signum: int)
     assert spawner.starts == [] and spawner.signals == []
     assert (outcome.exit_code, outcome.reason) == (0, f"stopped by {signal.Signals(signum).name}")
     assert pod.supervisor is not None and pod.supervisor.stop == StopRequested(signum)
+
+
+# ------------------------------------------------------------------ a watcher condemns the pod
+def test_a_condemned_pod_stops_without_a_drain_and_exits_with_the_verdicts_code() -> None:
+    """A broken group has nothing worth draining: the engine gets the sidecars' window, not the
+    grace period, then everything left is killed."""
+    spawner = FakeSpawner({"engine": [Script(on_sigterm=None)]})  # ignores SIGTERM (a hung peer)
+    outcome, pod = supervise(spawner, condemn_at=10)
+    assert spawner.signalled("engine", signal.SIGTERM)[0] == pytest.approx(10, abs=0.01)
+    assert spawner.signalled("engine", signal.SIGKILL) == [
+        pytest.approx(10 + BUDGET.sidecar_window + BUDGET.kill_margin, abs=0.11)
+    ]
+    assert (outcome.exit_code, outcome.reason) == (4, "group member worker 1 is gone")
+    assert pod.supervisor is not None and pod.supervisor.stop == Failed("group member worker 1 is gone", 4)
+
+
+def test_a_verdict_after_a_stop_began_changes_nothing() -> None:
+    spawner = FakeSpawner()
+    outcome, _ = supervise(spawner, signals=((5, signal.SIGTERM),), condemn_at=6)
+    assert outcome.exit_code == 0
