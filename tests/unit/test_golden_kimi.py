@@ -75,7 +75,10 @@ def prefill_argv(node_rank: int, pod_ip: str) -> list[str]:
         "vllm", "serve", MODEL, "--served-model-name", SERVED, "--port", "8000",
         "--nnodes", "2", "--node-rank", str(node_rank), "--master-addr", PREFILL_LEADER,
         *(["--headless"] if node_rank else []),
-        *PREFILL_FLAGS,
+        *PREFILL_FLAGS[:4],
+        # what the launcher's checks poll (/health, the watcher's /metrics), on the serving node only
+        *([] if node_rank else ["--disable-access-log-for-endpoints", "/health,/metrics"]),
+        *PREFILL_FLAGS[4:],
         "--kv-events-config", j({
             "enable_kv_cache_events": True,
             "publisher": "zmq",
