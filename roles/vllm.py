@@ -151,7 +151,14 @@ def _kv_events_watch(pool: VllmPool, ctx: BuildContext) -> KvEventsWatch | None:
         KvEventSource(rank, port, replay, api)
         for rank, port, replay, api in zip(ranks, ports, replays, apis, strict=True)
     )
-    return KvEventsWatch(sources, spec.silence_seconds, spec.readiness)
+    router = pool.router
+    return KvEventsWatch(
+        sources,
+        spec.silence_seconds,
+        spec.readiness,
+        block_size=router.block_size_tokens if router else None,
+        block_size_readiness=router is not None and router.readiness,
+    )
 
 
 def _topology_args(pool: VllmPool, ctx: BuildContext) -> list[Arg]:

@@ -133,6 +133,8 @@ def test_prefill_leader(plan_json: Any) -> None:
         "sources": [{"rank": 0, "port": 5557, "replay_port": 5567, "api_port": 8000}],
         "silence_seconds": 60.0,
         "readiness": False,
+        "block_size": 2048,  # the router's blockSizeTokens, compared with the events' block_size
+        "block_size_readiness": False,
     }
     assert render["argv"] == [
         "vllm",
@@ -177,6 +179,7 @@ def test_decode(plan_json: Any, index: int) -> None:
         "--data-parallel-address", DECODE_LEADER, "--data-parallel-rpc-port", "5555",
         "--data-parallel-multi-port-external-lb", "--data-parallel-supervisor-port", "8208",
         "--shutdown-timeout", "17",
+        "--disable-access-log-for-endpoints", "/health,/readyz",  # the DP supervisor's; decode has no kv_events
         "--enable-expert-parallel", "--enable-ep-weight-filter", "--enable-cumem-allocator",
         "--load-format", "fastsafetensors", "--gpu-memory-utilization", "0.95",
         "--kv-cache-dtype", "nvfp4_ds_mla", "--max-num-seqs", "32",
