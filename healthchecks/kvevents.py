@@ -507,12 +507,12 @@ class KvEventWatcher:
         """For readiness, as the recipe asks: no rank silent once a request was served (kv_events
         readiness), and no rank publishing blocks of another size than the router's (router readiness)."""
         ranks = self.state.ranks.values()
-        if self.watch.block_size_readiness:
-            if wrong := {s.source.rank: s.block_size for s in ranks if s.block_size_mismatch}:
-                return False, (
-                    f"KV-event block size {wrong} differs from the router's blockSizeTokens "
-                    f"{self.watch.block_size}"
-                )
+        wrong = {s.source.rank: s.block_size for s in ranks if s.block_size_mismatch}
+        if self.watch.block_size_readiness and wrong:
+            return False, (
+                f"KV-event block size {wrong} differs from the router's blockSizeTokens "
+                f"{self.watch.block_size}"
+            )
         silent = [s.source.rank for s in ranks if s.silent] if self.watch.readiness else []
         if silent:
             return False, f"no KV events from rank(s) {silent} while requests were served"

@@ -341,9 +341,9 @@ class Recipe(_Data):
         """What the recipe alone shows of the router's contract; the engine's real block size is
         checked at run time (healthchecks/kvevents.py)."""
         for name, pool in self.pools.items():
-            if isinstance(pool, (VllmPool, SglangPool)) and pool.router is not None:
-                if mismatch := router_mismatch(pool, {**self.env, **pool.env}):
-                    raise ValueError(f"pools.{name}.router: {mismatch}")
+            engine = isinstance(pool, (VllmPool, SglangPool)) and pool.router is not None
+            if engine and (mismatch := router_mismatch(pool, {**self.env, **pool.env})):  # type: ignore[arg-type]
+                raise ValueError(f"pools.{name}.router: {mismatch}")
         return self
 
     def model_for(self, pool: VllmPool | SglangPool) -> ModelSpec:
@@ -369,8 +369,8 @@ def router_mismatch(pool: VllmPool | SglangPool, env: Mapping[str, str]) -> str 
             got = "no render sidecar" if render is None else f"render.port {render.port}"
             return f"the router's token producer targets :{router.render_port} but the pool has {got}"
     if router.hash_seed is not None and env.get("PYTHONHASHSEED") != router.hash_seed:
-        got = env.get("PYTHONHASHSEED")
-        return f"the router hashes with seed {router.hash_seed!r} but PYTHONHASHSEED is {got!r}"
+        seed = env.get("PYTHONHASHSEED")
+        return f"the router hashes with seed {router.hash_seed!r} but PYTHONHASHSEED is {seed!r}"
     flag = BLOCK_SIZE_FLAG[pool.kind]
     block = pool.args.get(flag)
     if router.block_size_tokens is not None and block is not None and block != router.block_size_tokens:

@@ -179,7 +179,7 @@ def test_decode(plan_json: Any, index: int) -> None:
         "--data-parallel-address", DECODE_LEADER, "--data-parallel-rpc-port", "5555",
         "--data-parallel-multi-port-external-lb", "--data-parallel-supervisor-port", "8208",
         "--shutdown-timeout", "17",
-        "--disable-access-log-for-endpoints", "/health,/readyz",  # the DP supervisor's; decode has no kv_events
+        "--disable-access-log-for-endpoints", "/health,/readyz",  # DP supervisor; no kv_events
         "--enable-expert-parallel", "--enable-ep-weight-filter", "--enable-cumem-allocator",
         "--load-format", "fastsafetensors", "--gpu-memory-utilization", "0.95",
         "--kv-cache-dtype", "nvfp4_ds_mla", "--max-num-seqs", "32",
