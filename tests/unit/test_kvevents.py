@@ -210,7 +210,7 @@ def test_a_recipe_contradicting_its_router_is_refused() -> None:
     from launcher.errors import ConfigError
 
     source = RecipeSource("kimi-k3.1-pro", None)
-    assert load_recipe(source).pools["prefill"].router is not None  # the guide's own values agree
+    assert getattr(load_recipe(source).pools["prefill"], "router", None)  # the guide's own values agree
     for change, says in (
         ({"kv_events_port": 5558}, "reads KV events on :5558"),
         ({"hash_seed": "7"}, "seed '7' but PYTHONHASHSEED is '42'"),
@@ -224,5 +224,5 @@ def test_a_recipe_contradicting_its_router_is_refused() -> None:
     data = dict(read_recipe(source))
     pools = dict(data["pools"])
     pools["tpu"] = {**pools["tpu"], "args": {**pools["tpu"]["args"], "page-size": 64}}
-    with pytest.raises(ConfigError, match="blockSizeTokens is 128 but args.page-size is 64"):
+    with pytest.raises(ConfigError, match=re.escape("blockSizeTokens is 128 but args.page-size is 64")):
         validate_recipe({**data, "pools": pools}, source)
