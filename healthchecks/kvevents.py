@@ -226,6 +226,8 @@ class RankStats:
     last_seq: int | None = None
     served_since_batch: bool = False  # the engine served a request after our latest batch
     silent: bool = False
+    block_size: int | None = None  # the latest BlockStored's block_size
+    block_size_mismatch: bool = False  # it differs from the router's blockSizeTokens
     tracker: SequenceTracker = field(default_factory=SequenceTracker)
     pending: set[int] = field(default_factory=set)  # missing seqs a replay may still deliver
 
@@ -256,6 +258,8 @@ class WatcherState:
                     if s.last_batch_at is None
                     else round(now - s.last_batch_at, 3),
                     "silent": s.silent,
+                    "block_size": s.block_size,
+                    "block_size_mismatch": s.block_size_mismatch,
                 }
                 for rank, s in self.ranks.items()
             },
@@ -397,6 +401,23 @@ class KvEventWatcher:
                 stored = event
         if stored is not None:  # the batch's last one, formatted only when /kvevents is asked
             self.state.recent.append((stats.source.rank, batch.seq, stored))
+            if stored.block_size is not None and stored.block_size != stats.block_size:
+                self._on_block_size(stats, stored.block_size)
+
+    def _on_block_size(self, stats: RankStats, block_size: int) -> None:
+        """The router hashes prompts in blocks of blockSizeTokens; events in blocks of another size
+        never match its hashes, so precise prefix-cache routing silently misses (llm-d/llm-d #2203)."""
+        stats.block_size = block_size
+        expected = self.watch.block_size
+        stats.block_size_mismatch = expected is not None and block_size != expected
+        if stats.block_size_mismatch:
+            self._once(
+                f"block-size:{stats.source.rank}",
+                "KV-event block size differs from the router's blockSizeTokens",
+                rank=stats.source.rank,
+                block_size=block_size,
+                router_block_size_tokens=expected,
+            )
 
     # -------------------------------------------------------------- gaps and replay
     def _on_gap(self, stats: RankStats, gap: Gap) -> None:
@@ -483,8 +504,16 @@ class KvEventWatcher:
             )
 
     def flowing(self) -> tuple[bool, str]:
-        """For readiness: fine until a request was served; then every rank must have published."""
-        silent = [s.source.rank for s in self.state.ranks.values() if s.silent]
+        """For readiness, as the recipe asks: no rank silent once a request was served (kv_events
+        readiness), and no rank publishing blocks of another size than the router's (router readiness)."""
+        ranks = self.state.ranks.values()
+        wrong = {s.source.rank: s.block_size for s in ranks if s.block_size_mismatch}
+        if self.watch.block_size_readiness and wrong:
+            return False, (
+                f"KV-event block size {wrong} differs from the router's blockSizeTokens "
+                f"{self.watch.block_size}"
+            )
+        silent = [s.source.rank for s in ranks if s.silent] if self.watch.readiness else []
         if silent:
             return False, f"no KV events from rank(s) {silent} while requests were served"
         return True, "KV events flowing (or no request served yet)"

@@ -102,6 +102,11 @@ def _kv_events(state: WatcherState) -> Iterator[Metric]:
     silent = GaugeMetricFamily(
         PREFIX + "kv_event_silent", "1 while no batch came although requests were served", labels=rank
     )
+    mismatch = GaugeMetricFamily(
+        PREFIX + "kv_event_block_size_mismatch",
+        "1 while BlockStored events carry another block_size than the router's blockSizeTokens",
+        labels=rank,
+    )
     now = time.monotonic()
     for number, stats in state.ranks.items():
         label = [str(number)]
@@ -116,12 +121,13 @@ def _kv_events(state: WatcherState) -> Iterator[Metric]:
         if stats.last_batch_at is not None:
             since.add_metric(label, now - stats.last_batch_at)
         silent.add_metric(label, float(stats.silent))
+        mismatch.add_metric(label, float(stats.block_size_mismatch))
     malformed = CounterMetricFamily(
         PREFIX + "kv_event_malformed", "messages that could not be decoded, by kind", labels=["kind"]
     )
     for kind, count in state.malformed.items():
         malformed.add_metric([kind], count)
-    yield from (events, *counters.values(), since, silent, malformed)
+    yield from (events, *counters.values(), since, silent, mismatch, malformed)
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

@@ -121,6 +121,8 @@ class KvEventsWatch:
     sources: tuple[KvEventSource, ...]
     silence_seconds: float  # no batch this long while requests were served = silent
     readiness: bool = False  # the pod is not ready while its events are silent
+    block_size: int | None = None  # the router's blockSizeTokens, which BlockStored events must carry
+    block_size_readiness: bool = False  # the pod is not ready while they carry another
 
 
 @dataclass(frozen=True)

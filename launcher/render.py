@@ -88,6 +88,8 @@ def _kv_events_dict(watch: KvEventsWatch) -> dict[str, Any]:
         ],
         "silence_seconds": watch.silence_seconds,
         "readiness": watch.readiness,
+        "block_size": watch.block_size,
+        "block_size_readiness": watch.block_size_readiness,
     }
 
 

@@ -119,7 +119,7 @@ class BuildContext:
                 self.probe_port,
                 leader_port,
                 progress,
-                kv_events is not None and kv_events.readiness,
+                kv_events is not None and (kv_events.readiness or kv_events.block_size_readiness),
                 self.peer_lost_seconds,
             ),
             kv_events=kv_events,

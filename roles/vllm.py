@@ -27,6 +27,7 @@ from roles.context import BuildContext, owned_flags
 VLLM = ["vllm", "serve"]
 RENDER = ["vllm", "launch", "render"]
 VLLM_CATALOG = "vllm-serve"
+ACCESS_LOG_FLAG = "disable-access-log-for-endpoints"  # comma-separated paths (vLLM 0.32.0 cli_args.py)
 MASTER_PORT_DEFAULT = 29501  # vLLM's --master-port default (vLLM 0.32.0 vllm/config/parallel.py)
 
 # Flags the launcher derives; LLMD_EXTRA_ARGS may not set them (short aliases included).
@@ -81,6 +82,8 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
     args += arg("tensor-parallel-size", pool.tensor_parallel)
     # Drain in-flight requests on SIGTERM, within the pod's grace period (launcher/plan.py ShutdownBudget).
     args += arg("shutdown-timeout", ctx.shutdown.drain)
+    if serves and ACCESS_LOG_FLAG not in pool.args:
+        args += arg(ACCESS_LOG_FLAG, ",".join(_polled_paths(pool)))
     args += args_from(pool.args)
     if pool.kv_events:
         topic = kv_events_topic(ctx.pod.pod_ip, pool.port, model.name)
@@ -148,7 +151,14 @@ def _kv_events_watch(pool: VllmPool, ctx: BuildContext) -> KvEventsWatch | None:
         KvEventSource(rank, port, replay, api)
         for rank, port, replay, api in zip(ranks, ports, replays, apis, strict=True)
     )
-    return KvEventsWatch(sources, spec.silence_seconds, spec.readiness)
+    router = pool.router
+    return KvEventsWatch(
+        sources,
+        spec.silence_seconds,
+        spec.readiness,
+        block_size=router.block_size_tokens if router else None,
+        block_size_readiness=router is not None and router.readiness,
+    )
 
 
 def _topology_args(pool: VllmPool, ctx: BuildContext) -> list[Arg]:
@@ -209,6 +219,18 @@ def _engine_ports(pool: VllmPool, ctx: BuildContext) -> list[PortSpec]:
         nixl_ports = topology.global_rank_ports(pool.nixl.side_channel_port, ranks)
         ports += [PortSpec(p, f"nixl-rank{r}") for r, p in zip(ranks, nixl_ports, strict=True)]
     return ports
+
+
+def _polled_paths(pool: VllmPool) -> list[str]:
+    """Paths polled every second or two, kept out of the engine's access log: /health (the launcher's
+    check, or the DP supervisor's of each rank), the supervisor's /readyz, and /metrics, which the
+    KV-event watcher reads to tell silence from idleness."""
+    paths = ["/health"]
+    if pool.supervisor_port:
+        paths.append("/readyz")
+    if pool.kv_events:
+        paths.append("/metrics")
+    return paths
 
 
 def _engine_health(pool: VllmPool) -> HttpCheck:

@@ -34,6 +34,9 @@ step "hadolint (images/)"
 bash scripts/lint-images.sh
 
 step "unit tier"
+# tests/unit/test_manifests.py renders deploy/ with `kubectl kustomize` (kustomize v5 syntax).
+command -v kubectl >/dev/null || { export DEBIAN_FRONTEND=noninteractive; apt-get update -qq >/dev/null; \
+  apt-get install -y -qq --no-install-recommends kubernetes-client >/dev/null; }
 .venv/bin/python -m pytest tests/unit -q -p no:cacheprovider
 
 step "supervisor tier (llm-d-launcher run over stand-in processes)"

@@ -20,6 +20,7 @@ import yaml
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
@@ -119,6 +120,43 @@ class KVEventsSpec(_Data):
     readiness: bool = False  # not ready while silent ("KV events flowing once a request was served")
 
 
+def parse_size(value: str | int) -> int:
+    """Bytes in a size the way vLLM's MooncakeStoreConnector reads global_segment_size (vLLM 0.32.0
+    vllm/distributed/mooncake_store.py, _parse_size: GB, MB, KB are powers of 1024); GiB, MiB, KiB,
+    Gi, Mi, Ki are accepted too, with the same meaning."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = _SIZE.fullmatch(str(value).strip().lower())
+    if not match:
+        raise ValueError(f"{str(value)[:32]!r} is not a size (e.g. 160GB, 64GiB, 512Mi)")
+    return int(float(match[1]) * _UNITS[match[2] or "b"])
+
+
+_SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(gib|mib|kib|gi|mi|ki|gb|mb|kb|b)?")
+_UNITS = {"gib": 1 << 30, "gi": 1 << 30, "gb": 1 << 30, "mib": 1 << 20, "mi": 1 << 20, "mb": 1 << 20,
+          "kib": 1 << 10, "ki": 1 << 10, "kb": 1 << 10, "b": 1}  # fmt: skip
+Size = Annotated[int, BeforeValidator(parse_size)]
+
+
+class HostMemory(_Data):
+    """Host memory one pod needs besides what roles/memory.py derives (the Mooncake segments)."""
+
+    overhead: Size = Field(description="The process(es) themselves: runtime, pinned buffers, loading.")
+    shm: Size = Field(0, description="/dev/shm (a memory-backed emptyDir, charged to the pod).")
+
+
+class RouterSpec(_Data):
+    """What the llm-d router in front of this pool expects of it (its Helm values). Checked when the
+    recipe loads (ports, hash seed, block size flags) and at run time (the block_size of the engine's
+    BlockStored events, which must equal block_size_tokens: llm-d/llm-d PR #2203)."""
+
+    kv_events_port: Port | None = None  # precise-prefix-cache-producer's ZMQ socketPort
+    hash_seed: str | None = None  # its hashSeed: the engine's PYTHONHASHSEED
+    block_size_tokens: Count | None = None  # its blockSizeTokens: the engine's KV block / page size
+    render_port: Port | None = None  # token-producer's target (vllm launch render)
+    readiness: bool = False  # not ready while the engine's block size differs from block_size_tokens
+
+
 class NixlSpec(_Data):
     """NIXL handshake listener: vLLM binds side_channel_port + global DP rank."""
 
@@ -162,6 +200,8 @@ class _EnginePool(_Data):
     model: ModelSpec | None = None
     args: Args = {}
     env: EnvMap = {}
+    memory: HostMemory | None = None
+    router: RouterSpec | None = None
 
     tensor_parallel: Count | None = None
 
@@ -247,6 +287,7 @@ class MooncakeMasterPool(_ServicePool):
     http_metadata_port: Port | None = None
     args: Args = {}
     env: EnvMap = {}
+    memory: HostMemory | None = None
 
 
 class MooncakeDonorPool(_ServicePool):
@@ -261,6 +302,13 @@ class MooncakeDonorPool(_ServicePool):
     http_port: Port = 9300
     args: Args = {}
     env: EnvMap = {}
+    memory: HostMemory | None = None
+
+    @field_validator("global_segment_size")
+    @classmethod
+    def _a_size(cls, value: str) -> str:
+        parse_size(value)
+        return value
 
 
 Pool = Annotated[VllmPool | SglangPool | MooncakeMasterPool | MooncakeDonorPool, Field(discriminator="kind")]
@@ -288,8 +336,46 @@ class Recipe(_Data):
             )
         return self
 
+    @model_validator(mode="after")
+    def _router_contract(self) -> Recipe:
+        """What the recipe alone shows of the router's contract; the engine's real block size is
+        checked at run time (healthchecks/kvevents.py)."""
+        for name, pool in self.pools.items():
+            engine = isinstance(pool, (VllmPool, SglangPool)) and pool.router is not None
+            if engine and (mismatch := router_mismatch(pool, {**self.env, **pool.env})):  # type: ignore[arg-type]
+                raise ValueError(f"pools.{name}.router: {mismatch}")
+        return self
+
     def model_for(self, pool: VllmPool | SglangPool) -> ModelSpec:
         return pool.model or self.model
+
+
+# The engine flag that sets the KV block size the router's blockSizeTokens must equal.
+BLOCK_SIZE_FLAG = {"vllm": "block-size", "sglang": "page-size"}
+
+
+def router_mismatch(pool: VllmPool | SglangPool, env: Mapping[str, str]) -> str | None:
+    """The first way the pool's own settings contradict what its router expects, or None."""
+    router = pool.router
+    assert router is not None
+    if router.kv_events_port is not None:
+        events = pool.kv_events if isinstance(pool, VllmPool) else None
+        if events is None or events.port != router.kv_events_port:
+            got = "no kv_events" if events is None else f"kv_events.port {events.port}"
+            return f"the router reads KV events on :{router.kv_events_port} but the pool has {got}"
+    if router.render_port is not None:
+        render = pool.render if isinstance(pool, VllmPool) else None
+        if render is None or render.port != router.render_port:
+            got = "no render sidecar" if render is None else f"render.port {render.port}"
+            return f"the router's token producer targets :{router.render_port} but the pool has {got}"
+    if router.hash_seed is not None and env.get("PYTHONHASHSEED") != router.hash_seed:
+        seed = env.get("PYTHONHASHSEED")
+        return f"the router hashes with seed {router.hash_seed!r} but PYTHONHASHSEED is {seed!r}"
+    flag = BLOCK_SIZE_FLAG[pool.kind]
+    block = pool.args.get(flag)
+    if router.block_size_tokens is not None and block is not None and block != router.block_size_tokens:
+        return f"the router's blockSizeTokens is {router.block_size_tokens} but args.{flag} is {block}"
+    return None
 
 
 MAX_RECIPE_BYTES = 1 << 20  # a recipe is a page of YAML; a ConfigMap holds at most 1 MiB

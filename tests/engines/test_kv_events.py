@@ -159,3 +159,29 @@ def test_data_parallel_ranks_publish_on_their_own_ports(
         assert pod.leftovers() == []
     finally:
         pod.kill_everything()
+
+
+@pytest.mark.parametrize(("router_block_size", "mismatch"), [(BLOCK_SIZE, False), (2 * BLOCK_SIZE, True)])
+def test_the_engines_block_size_against_the_routers(
+    vllm_pod: LauncherPod, router_block_size: int, mismatch: bool
+) -> None:
+    """The session engine runs --block-size 32: the launcher's watcher observes 32 in its BlockStored
+    events, and a router expecting 32 agrees while one expecting 64 is a mismatch (llm-d/llm-d #2203).
+    Cheap: the session pod's own observation, replayed into a watcher holding each expectation."""
+    from msgspec.msgpack import encode
+
+    complete(vllm_pod, prompt(7, 60))
+    rank = eventually(
+        lambda: kvevents(vllm_pod)["ranks"]["0"] if kvevents(vllm_pod)["ranks"]["0"]["block_size"] else None
+    )
+    assert rank["block_size"] == BLOCK_SIZE and rank["block_size_mismatch"] is False  # no router set
+    event = kvevents(vllm_pod)["recent_block_stored"][-1]
+    watch = KvEventsWatch(
+        (KvEventSource(0, 1, None, 1),), 60, block_size=router_block_size, block_size_readiness=True
+    )
+    watcher = KvEventWatcher(watch, structlog.get_logger())
+    stored = {"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None,
+              "token_ids": event["token_ids"], "block_size": event["block_size"]}  # fmt: skip
+    watcher.handle(watcher.state.ranks[0], [b"kv@x", bytes(8), encode([1.0, [stored], 0])])
+    assert watcher.state.ranks[0].block_size_mismatch is mismatch
+    assert watcher.flowing()[0] is not mismatch

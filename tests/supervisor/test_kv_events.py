@@ -17,7 +17,12 @@ from tests.pods import STANDINS, LauncherPod, free_port
 
 
 def kv_pod(
-    tmp_path: Path, script: str, *, layout: str = "", extra_env: dict[str, str] | None = None
+    tmp_path: Path,
+    script: str,
+    *,
+    layout: str = "",
+    extra_env: dict[str, str] | None = None,
+    router: str = "",
 ) -> LauncherPod:
     model = tmp_path / "model"
     model.mkdir()
@@ -28,6 +33,7 @@ def kv_pod(
         f"name: standin-kv\nmodel: {{path: {model}, served_name: m}}\ndefault_pool: p\npools:\n  p:\n"
         f"    kind: vllm\n    port: {port}\n{layout}"
         f"    kv_events: {{port: {kv}, replay_port: {replay}, silence_seconds: 1, readiness: true}}\n"
+        + (f"    router: {router}\n" if router else "")
     )
     env = {
         "LLMD_RECIPE_FILE": str(recipe),
@@ -100,6 +106,40 @@ def test_silence_while_serving_fails_readiness_when_the_recipe_asks(tmp_path: Pa
         assert "KV events silent while the engine serves requests" in pod.output()
         pod.wait_probe("readyz", 200, timeout=10)  # the next batch: flowing again
         assert pod.probe("livez")[0] == 200
+        pod.signal(signal.SIGTERM)
+        assert pod.finish() == 0
+    finally:
+        pod.kill_everything()
+
+
+def test_a_block_size_other_than_the_routers_is_shown_and_unreadies_when_asked(tmp_path: Path) -> None:
+    """The stand-in publishes BlockStored with block_size 4; a router expecting 16 (readiness on)
+    sees the mismatch in /kvevents, the metric, the log (once) and /readyz; one expecting 4 does not."""
+    script = "wait=1.5,stored=3,wait=30"
+    pod = kv_pod(tmp_path, script, router="{block_size_tokens: 16, readiness: true}").start()
+    try:
+        wait_until(pod, "stored=3")
+        body = pod.wait_probe("readyz", 503, timeout=10)
+        assert body["failing"]["kv-events"] == (
+            "KV-event block size {0: 4} differs from the router's blockSizeTokens 16"
+        )
+        rank = kvevents(pod)["ranks"]["0"]
+        assert (rank["block_size"], rank["block_size_mismatch"]) == (4, True)
+        assert metrics(pod)[("llmd_launcher_kv_event_block_size_mismatch", (("rank", "0"),))] == 1
+        assert pod.output().count("KV-event block size differs from the router's blockSizeTokens") == 1
+        pod.signal(signal.SIGTERM)
+        assert pod.finish() == 0
+    finally:
+        pod.kill_everything()
+    agreeing = tmp_path / "agreeing"
+    agreeing.mkdir()
+    pod = kv_pod(agreeing, script, router="{block_size_tokens: 4, readiness: true}").start()
+    try:
+        wait_until(pod, "stored=3")
+        rank = kvevents(pod)["ranks"]["0"]
+        assert (rank["block_size"], rank["block_size_mismatch"]) == (4, False)
+        assert pod.probe("readyz")[0] == 200
+        assert metrics(pod)[("llmd_launcher_kv_event_block_size_mismatch", (("rank", "0"),))] == 0
         pod.signal(signal.SIGTERM)
         assert pod.finish() == 0
     finally:

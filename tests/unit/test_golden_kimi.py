@@ -75,7 +75,10 @@ def prefill_argv(node_rank: int, pod_ip: str) -> list[str]:
         "vllm", "serve", MODEL, "--served-model-name", SERVED, "--port", "8000",
         "--nnodes", "2", "--node-rank", str(node_rank), "--master-addr", PREFILL_LEADER,
         *(["--headless"] if node_rank else []),
-        *PREFILL_FLAGS,
+        *PREFILL_FLAGS[:4],
+        # what the launcher's checks poll (/health, the watcher's /metrics), on the serving node only
+        *([] if node_rank else ["--disable-access-log-for-endpoints", "/health,/metrics"]),
+        *PREFILL_FLAGS[4:],
         "--kv-events-config", j({
             "enable_kv_cache_events": True,
             "publisher": "zmq",
@@ -130,6 +133,8 @@ def test_prefill_leader(plan_json: Any) -> None:
         "sources": [{"rank": 0, "port": 5557, "replay_port": 5567, "api_port": 8000}],
         "silence_seconds": 60.0,
         "readiness": False,
+        "block_size": 2048,  # the router's blockSizeTokens, compared with the events' block_size
+        "block_size_readiness": False,
     }
     assert render["argv"] == [
         "vllm",
@@ -174,6 +179,7 @@ def test_decode(plan_json: Any, index: int) -> None:
         "--data-parallel-address", DECODE_LEADER, "--data-parallel-rpc-port", "5555",
         "--data-parallel-multi-port-external-lb", "--data-parallel-supervisor-port", "8208",
         "--shutdown-timeout", "17",
+        "--disable-access-log-for-endpoints", "/health,/readyz",  # DP supervisor; no kv_events
         "--enable-expert-parallel", "--enable-ep-weight-filter", "--enable-cumem-allocator",
         "--load-format", "fastsafetensors", "--gpu-memory-utilization", "0.95",
         "--kv-cache-dtype", "nvfp4_ds_mla", "--max-num-seqs", "32",

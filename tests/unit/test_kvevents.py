@@ -3,6 +3,8 @@ SGLang), malformed messages by kind, and sequence tracking (gaps, resets, duplic
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from msgspec.msgpack import encode
 
@@ -156,3 +158,71 @@ def test_watcher_stops_at_once_with_a_replay_in_flight() -> None:
         ctx.destroy(linger=0)
     assert (gaps, missed) == (1, 5)
     assert took < REPLAY_TIMEOUT  # it did not sit out the replay's timeout
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, dict[str, object]]] = []
+
+    def warning(self, message: str, **fields: object) -> None:
+        self.lines.append((message, fields))
+
+    info = error = warning
+
+
+@pytest.mark.parametrize(
+    ("router", "readiness", "ready", "mismatch"),
+    [
+        (128, True, True, False),
+        (2048, False, True, True),
+        (2048, True, False, True),
+        (None, True, True, False),
+    ],
+)
+def test_block_size_against_the_routers(
+    router: int | None, readiness: bool, ready: bool, mismatch: bool
+) -> None:
+    """The router's blockSizeTokens against the block_size the engine's BlockStored events carry
+    (vLLM 0.32's real event has 128): shown per rank, logged once, and unready only when asked."""
+    from healthchecks.kvevents import KvEventWatcher
+    from launcher.plan import KvEventSource, KvEventsWatch
+
+    watch = KvEventsWatch(
+        (KvEventSource(0, 5557, None, 8000),), 60, block_size=router, block_size_readiness=readiness
+    )
+    log = _Log()
+    watcher = KvEventWatcher(watch, log)  # type: ignore[arg-type]
+    stats = watcher.state.ranks[0]
+    for seq in range(3):
+        watcher.handle(stats, frames([STORED_032], seq=seq.to_bytes(8, "big")))
+    shown = watcher.state.as_dict(0.0)["ranks"]["0"]
+    assert (shown["block_size"], shown["block_size_mismatch"]) == (128, mismatch)
+    assert watcher.flowing()[0] is ready
+    warned = [fields for message, fields in log.lines if "block size" in message]
+    assert warned == (
+        [{"rank": 0, "block_size": 128, "router_block_size_tokens": router}] if mismatch else []
+    )
+
+
+def test_a_recipe_contradicting_its_router_is_refused() -> None:
+    """What the recipe alone shows: the router's port, seed and block size against the pool's."""
+    from launcher.config.recipe import RecipeSource, load_recipe, read_recipe, validate_recipe
+    from launcher.errors import ConfigError
+
+    source = RecipeSource("kimi-k3.1-pro", None)
+    assert getattr(load_recipe(source).pools["prefill"], "router", None)  # the guide's own values agree
+    for change, says in (
+        ({"kv_events_port": 5558}, "reads KV events on :5558"),
+        ({"hash_seed": "7"}, "seed '7' but PYTHONHASHSEED is '42'"),
+        ({"render_port": 8090}, "targets :8090"),
+    ):
+        data = dict(read_recipe(source))
+        pools = dict(data["pools"])
+        pools["prefill"] = {**pools["prefill"], "router": {**pools["prefill"]["router"], **change}}
+        with pytest.raises(ConfigError, match=re.escape(says)):
+            validate_recipe({**data, "pools": pools}, source)
+    data = dict(read_recipe(source))
+    pools = dict(data["pools"])
+    pools["tpu"] = {**pools["tpu"], "args": {**pools["tpu"]["args"], "page-size": 64}}
+    with pytest.raises(ConfigError, match=re.escape("blockSizeTokens is 128 but args.page-size is 64")):
+        validate_recipe({**data, "pools": pools}, source)

@@ -1,12 +1,18 @@
-"""deploy/: every manifest is valid for its schema (LeaderWorkerSet: the LWS CRD; the rest: Kubernetes
-1.33, strict), runs the launcher with env only, probes the launcher's endpoints with timings fit for a
-45-minute load, and every pod of it plans without error."""
+"""deploy/: the kustomize base and the GKE A4X-Max overlay render (`kubectl kustomize`), and every
+object is valid for its schema (LeaderWorkerSet: the LWS CRD; ComputeDomain: the NVIDIA DRA driver's
+CRD; the rest, ResourceClaimTemplate included: Kubernetes 1.33, strict). Every pod runs the launcher
+with env only, probes the launcher's endpoints with timings fit for a 45-minute load, plans without
+error, carries the serving label exactly when it serves, and holds the memory roles/memory.py
+computes; every name the guide's commands use exists."""
 
 from __future__ import annotations
 
 import copy
 import functools
 import json
+import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -16,28 +22,58 @@ import pytest
 import yaml
 
 from launcher.config.defaults import PROBE_PORT
-from launcher.config.recipe import RecipeSource, SglangPool, VllmPool, load_recipe
+from launcher.config.recipe import (
+    MooncakeDonorPool,
+    RecipeSource,
+    SglangPool,
+    VllmPool,
+    load_recipe,
+    parse_size,
+)
+from roles.memory import pod_memory
 
 ROOT = Path(__file__).resolve().parents[2]
-CRD = ROOT / "tests" / "fixtures" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
-MANIFESTS = sorted((ROOT / "deploy").rglob("*.yaml"))
+FIXTURES = ROOT / "tests" / "fixtures"
+CRD = FIXTURES / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
+COMPUTE_DOMAIN_CRD = FIXTURES / "resource.nvidia.com_computedomains.yaml"
+GUIDE = FIXTURES / "kimi-k3.1-pro-guide.md"
+BASE = ROOT / "deploy" / "kimi-k3.1-pro"
+OVERLAY = ROOT / "deploy" / "overlays" / "gke-a4x-max"
+PLAIN = [BASE / "tpu.yaml"]  # applied with `kubectl apply -f`, outside the GPU base
 K8S_VERSION = "1.33"
 # What the downward API and LWS give each pod (the addresses are examples).
 DOWNWARD = {"status.podIP": "10.64.0.10", "metadata.name": "pod-0", "metadata.namespace": "llm-d-kimi-k3-1",
             "spec.nodeName": "node-a"}  # fmt: skip
 
 
+def kustomize(directory: Path) -> str:
+    """What `kubectl apply -k` would send (Debian: kubernetes-client; tests/run.sh installs it)."""
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl is needed to render deploy/ (apt-get install kubernetes-client)"
+    done = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def documents() -> list[tuple[str, dict[str, Any]]]:
+    sources = [(f"{d.relative_to(ROOT)} (kustomize)", kustomize(d)) for d in (BASE, OVERLAY)]
+    sources += [(str(path.relative_to(ROOT)), path.read_text()) for path in PLAIN]
     return [
-        (f"{path.relative_to(ROOT)}#{i}", doc)
-        for path in MANIFESTS
-        for i, doc in enumerate(yaml.safe_load_all(path.read_text()))
+        (f"{source}#{doc['kind']}/{doc['metadata']['name']}", doc)
+        for source, text in sources
+        for doc in yaml.safe_load_all(text)
         if doc
     ]
 
 
 DOCS = documents()
-WORKLOADS = [(name, doc) for name, doc in DOCS if doc["kind"] != "Service"]
+POD_KINDS = ("LeaderWorkerSet", "Deployment", "DaemonSet")
+# Each workload once: the overlay's version (with its claims) where it changes the base's.
+WORKLOADS = list(
+    {
+        (doc["kind"], doc["metadata"]["name"]): (name, doc) for name, doc in DOCS if doc["kind"] in POD_KINDS
+    }.values()
+)
 
 
 def strict(schema: Any) -> Any:
@@ -61,12 +97,23 @@ def lws_validator() -> jsonschema.protocols.Validator:
     return jsonschema.Draft7Validator(schema)
 
 
+@functools.cache
+def crd_validator(path: Path, version: str) -> jsonschema.protocols.Validator:
+    crd = next(d for d in yaml.safe_load_all(path.read_text()) if d)
+    schema = next(v for v in crd["spec"]["versions"] if v["name"] == version)["schema"]["openAPIV3Schema"]
+    return jsonschema.Draft7Validator(strict(schema))
+
+
 def validate(doc: dict[str, Any]) -> list[str]:
+    validator = None
     if doc["kind"] == "LeaderWorkerSet":
         assert doc["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
-        return [
-            f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in lws_validator().iter_errors(doc)
-        ]
+        validator = lws_validator()
+    elif doc["kind"] == "ComputeDomain":
+        assert doc["apiVersion"] == "resource.nvidia.com/v1beta1"
+        validator = crd_validator(COMPUTE_DOMAIN_CRD, "v1beta1")
+    if validator is not None:
+        return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)]
     try:
         kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
     except kubernetes_validate.ValidationError as exc:
@@ -80,6 +127,16 @@ def pod_spec(doc: dict[str, Any]) -> dict[str, Any]:
         return spec
     template: dict[str, Any] = doc["spec"]["template"]["spec"]
     return template
+
+
+def pod_templates(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod template of each pod of one group, by worker index (LWS: the leader template, when
+    given, for index 0); one template for the other kinds."""
+    if doc["kind"] != "LeaderWorkerSet":
+        return [doc["spec"]["template"]]
+    lwt = doc["spec"]["leaderWorkerTemplate"]
+    return [lwt.get("leaderTemplate", lwt["workerTemplate"]) if i == 0 else lwt["workerTemplate"]
+            for i in range(lwt["size"])]  # fmt: skip
 
 
 def container_env(container: dict[str, Any]) -> dict[str, str]:
@@ -104,6 +161,8 @@ def test_there_is_a_manifest_for_every_pool_of_the_guide() -> None:
         ("Deployment", "mooncake-master"),
         ("DaemonSet", "mooncake-donor"),
     }
+    kinds = {doc["kind"] for _, doc in DOCS}
+    assert {"ComputeDomain", "ResourceClaimTemplate", "Service"} <= kinds
 
 
 @pytest.mark.parametrize(("name", "doc"), DOCS, ids=[name for name, _ in DOCS])
@@ -124,6 +183,12 @@ def test_the_validators_catch_mistakes() -> None:
     deployment = copy.deepcopy(next(doc for _, doc in DOCS if doc["kind"] == "Deployment"))
     deployment["spec"]["template"]["spec"]["containers"][0]["terminationMessagePolicy"] = 7
     assert validate(deployment)
+    domain = copy.deepcopy(next(doc for _, doc in DOCS if doc["kind"] == "ComputeDomain"))
+    domain["spec"]["numNodes"] = "ten"
+    assert any("'ten' is not of type 'integer'" in e for e in validate(domain))
+    claim = copy.deepcopy(next(doc for _, doc in DOCS if doc["kind"] == "ResourceClaimTemplate"))
+    claim["spec"]["spec"]["devices"]["requests"][0]["countt"] = 8
+    assert validate(claim)
 
 
 @pytest.mark.parametrize(("name", "doc"), WORKLOADS, ids=[name for name, _ in WORKLOADS])
@@ -188,3 +253,106 @@ def test_groups_match_the_recipe(file: str, pool: str, run_cli: Any) -> None:
     declared = {p["containerPort"] for p in container["ports"]}
     # Data-parallel pods also listen on NIXL side channels per global rank, which differ per pod.
     assert {p for p in planned if not 5600 <= p < 5616} <= declared
+
+
+API_PORT = re.compile(r"^(http|sidecar)")  # an engine's API port, or the sidecar in front of it
+
+
+@pytest.mark.parametrize(
+    ("name", "doc"),
+    [(n, d) for n, d in WORKLOADS if d["kind"] == "LeaderWorkerSet"],
+    ids=[n for n, d in WORKLOADS if d["kind"] == "LeaderWorkerSet"],
+)
+def test_only_pods_that_serve_carry_the_serving_label(name: str, doc: dict[str, Any], run_cli: Any) -> None:
+    """The router's InferencePool selects llm-d.ai/inference-serving: a headless worker selected would
+    get requests it cannot answer. Each pod's plan says whether it has an API port."""
+    templates = pod_templates(doc)
+    env = container_env(pod_spec(doc)["containers"][0]) | {
+        "LWS_LEADER_ADDRESS": "10.64.0.1", "LWS_GROUP_SIZE": str(len(templates)), "LWS_WORKER_INDEX": "0"
+    }  # fmt: skip
+    code, out, err = run_cli("plan", "--group", "--format", "json", env=env)
+    assert code == 0, err
+    plans = json.loads(out)["pods"]
+    assert len(plans) == len(templates)
+    for index, (plan, template) in enumerate(zip(plans, templates, strict=True)):
+        serves = any(API_PORT.match(port["name"]) for p in plan["processes"] for port in p["ports"])
+        labelled = template["metadata"]["labels"].get("llm-d.ai/inference-serving") == "true"
+        assert labelled == serves, f"pod {index}: serves={serves} but serving label={labelled}"
+
+
+def guide_names() -> set[tuple[str, str]]:
+    """(kind, name) of what the guide's commands name, for each accelerator / model server pair it
+    supports ("set ACCELERATOR_TYPE=tpu and MODEL_SERVER=sglang for the TPU 7x recipe")."""
+    text = GUIDE.read_text().replace("\\\n", " ")
+    names = set()
+    for accelerator, server in (("gpu", "vllm"), ("tpu", "sglang")):
+        line = text.replace("${ACCELERATOR_TYPE}", accelerator).replace("${MODEL_SERVER}", server)
+        names |= {
+            ("LeaderWorkerSet", n) for n in re.findall(r"^kubectl wait .*leaderworkerset/(\S+)", line, re.M)
+        }
+    names |= {("Secret", n) for n in re.findall(r"^kubectl create secret generic (\S+)", text, re.M)}
+    names |= {("PersistentVolumeClaim", n) for n in re.findall(r"^kubectl delete pvc (\S+)", text, re.M)}
+    names |= {("ComputeDomain", n) for n in re.findall(r"(kimi-k3-1-compute-domain)\b", text)}
+    names |= {("ResourceClaimTemplate", n) for n in re.findall(r"ResourceClaimTemplate \((\S+)\)", text)}
+    return names
+
+
+def deployed_names() -> set[tuple[str, str]]:
+    """What deploy/ creates, and the Secret and PVC (created by the guide's own steps) its pods use."""
+    names = {(doc["kind"], doc["metadata"]["name"]) for _, doc in DOCS}
+    for _, doc in WORKLOADS:
+        for template in pod_templates(doc):
+            spec = template["spec"]
+            names |= {("PersistentVolumeClaim", v["persistentVolumeClaim"]["claimName"])
+                      for v in spec.get("volumes", []) if "persistentVolumeClaim" in v}  # fmt: skip
+            names |= {("Secret", e["valueFrom"]["secretKeyRef"]["name"]) for c in spec["containers"]
+                      for e in c.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})}  # fmt: skip
+    return names
+
+
+def test_every_name_the_guides_commands_use_exists() -> None:
+    wanted = guide_names()
+    assert {
+        ("LeaderWorkerSet", "kimi-k3-1-gpu-vllm-decode"), ("LeaderWorkerSet", "kimi-k3-1-tpu-sglang-decode"),
+        ("Secret", "llm-d-hf-token"), ("PersistentVolumeClaim", "kimi-k3-1-models"),
+        ("ComputeDomain", "kimi-k3-1-compute-domain"),
+        ("ResourceClaimTemplate", "kimi-k3-1-gpu-vllm-rdma-nic"),
+    } <= wanted  # the extraction finds them (a control on the regexes)  # fmt: skip
+    assert wanted - deployed_names() == set()
+
+
+def test_the_overlay_claims_the_compute_domain_and_nics_on_every_gpu_pod() -> None:
+    overlay = {(d["kind"], d["metadata"]["name"]): d for n, d in DOCS if n.startswith("deploy/overlays")}
+    domain = overlay[("ComputeDomain", "kimi-k3-1-compute-domain")]
+    assert domain["spec"]["numNodes"] == 10
+    channel = domain["spec"]["channel"]["resourceClaimTemplate"]["name"]
+    nics = overlay[("ResourceClaimTemplate", "kimi-k3-1-gpu-vllm-rdma-nic")]["spec"]["spec"]["devices"][
+        "requests"
+    ]
+    assert [(r["deviceClassName"], r["count"]) for r in nics] == [("mrdma.google.com", 8)]
+    for pool in ("prefill", "decode"):
+        for template in pod_templates(overlay[("LeaderWorkerSet", f"kimi-k3-1-gpu-vllm-{pool}")]):
+            spec = template["spec"]
+            claims = {c["name"]: c["resourceClaimTemplateName"] for c in spec["resourceClaims"]}
+            assert claims == {"compute-domain": channel, "rdma-nics": "kimi-k3-1-gpu-vllm-rdma-nic"}
+            assert spec["containers"][0]["resources"]["claims"] == [{"name": n} for n in claims]
+
+
+@pytest.mark.parametrize(("name", "doc"), WORKLOADS, ids=[name for name, _ in WORKLOADS])
+def test_memory_holds_the_store_and_the_engine(name: str, doc: dict[str, Any]) -> None:
+    """Limits and requests hold what roles/memory.py computes from the recipe; /dev/shm is the
+    recipe's; whatever registers Mooncake memory for RDMA may lock it (IPC_LOCK)."""
+    recipe = load_recipe(RecipeSource("kimi-k3.1-pro", None))
+    for template in pod_templates(doc):
+        spec = template["spec"]
+        (container,) = spec["containers"]
+        pool = recipe.pools[container_env(container)["LLMD_POOL"]]
+        need = pod_memory(pool)
+        resources = container["resources"]
+        assert parse_size(resources["limits"]["memory"]) >= need.total
+        assert parse_size(resources["requests"]["memory"]) >= need.total
+        shm = [v["emptyDir"]["sizeLimit"] for v in spec.get("volumes", []) if v["name"] == "shm"]
+        assert [parse_size(s) for s in shm] == ([need.shm] if need.shm else [])
+        if need.segments:
+            assert "IPC_LOCK" in container["securityContext"]["capabilities"]["add"]
+    assert isinstance(pool, (VllmPool, SglangPool, MooncakeDonorPool)) or need.segments == 0
