@@ -7,7 +7,6 @@ scripts/update-flag-catalogs.sh; the engine tier fails when they drift from the 
 
 from __future__ import annotations
 
-import difflib
 import json
 from dataclasses import dataclass
 from functools import cache
@@ -119,6 +118,8 @@ def _unknown(catalog: FlagCatalog, head: str, base: str, setting: str) -> Proble
             f"{head} is an abbreviation of {expansions[0]}",
             "write the full flag: abbreviations change meaning when the engine adds flags",
         )
+    import difflib  # for the hint only: a plan with valid flags never loads it
+
     close = difflib.get_close_matches(base, catalog.flags, n=1, cutoff=0.75)
     hint = f" (did you mean {close[0]}?)" if close else ""
     return Problem(setting, f"{head} is not a {catalog.label} flag{hint}", SKIP_FIX)
@@ -131,6 +132,8 @@ def _check_value(
         return None
     kind = kind.rstrip("?")
     if choices is not None and value not in choices:
+        import difflib
+
         close = difflib.get_close_matches(value, choices, n=1, cutoff=0.6)
         hint = f" (did you mean {close[0]}?)" if close else ""
         shown = ", ".join(choices[:12]) + (", ..." if len(choices) > 12 else "")

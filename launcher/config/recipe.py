@@ -3,9 +3,10 @@
 A recipe is YAML (built in under launcher/config/recipes/, or a mounted ConfigMap file) validated here.
 Everything the launcher derives per pod (ranks, ports, addresses, topics, file paths) is left out
 of the recipe; everything that is a fixed choice for the deployment (flags, JSON configs, env) is in it.
-"""
 
-from __future__ import annotations
+No `from __future__ import annotations` here: pydantic would compile every field's annotation back
+from its string when each model class is created, on every `plan` and `run`.
+"""
 
 import functools
 import math
@@ -96,7 +97,10 @@ EnvMap = Annotated[dict[str, Any], AfterValidator(_check_env)]
 
 
 class _Data(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+    """defer_build: a model's validator is built when it is first used, not when the module is
+    imported; `Recipe` validation builds one validator for the whole tree, instead of one per class."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False, defer_build=True)
 
 
 class ModelSpec(_Data):
@@ -218,7 +222,7 @@ class _EnginePool(_Data):
         return tp // self.nodes, f"TP {tp} over {self.nodes} pods"
 
     @model_validator(mode="after")
-    def _parallel_arithmetic(self) -> _EnginePool:
+    def _parallel_arithmetic(self) -> "_EnginePool":
         tp = self.tensor_parallel or 1
         if self.local_ranks == 1 and tp % self.nodes:
             raise ValueError(f"tensor_parallel {tp} must be a multiple of nodes {self.nodes}")
@@ -248,7 +252,7 @@ class VllmPool(_EnginePool):
     disagg_sidecar: DisaggSidecar | None = None
 
     @model_validator(mode="after")
-    def _layout_fields(self) -> VllmPool:
+    def _layout_fields(self) -> "VllmPool":
         if self.layout == "data-parallel":
             if not self.data_parallel_local or self.data_parallel_local < 2:
                 raise ValueError("layout data-parallel needs data_parallel_local >= 2 (vLLM's DP supervisor)")
@@ -326,7 +330,7 @@ class Recipe(_Data):
     )
 
     @model_validator(mode="after")
-    def _names(self) -> Recipe:
+    def _names(self) -> "Recipe":
         for name in (self.name, *self.pools):
             if not _NAME.match(name):
                 raise ValueError(f"{name!r} is not a valid name (lowercase letters, digits, '-', '.')")

@@ -49,6 +49,35 @@ def test_dry_run_loads_no_event_loop_or_sockets(code: str) -> None:
     assert not {m for m in loaded if m.split(".")[0] in HEAVY or m in HEAVY}
 
 
+def test_dry_run_builds_one_recipe_validator() -> None:
+    """pydantic builds a model's validator when its class is created unless `defer_build` is set;
+    `plan` needs one, `Recipe`'s, which covers the whole tree. One per class made importing the
+    recipe module cost several times that one build."""
+    probe = (
+        "import json, sys\n"
+        "import launcher.config.recipe as r\n"
+        "models = [v for v in vars(r).values() if isinstance(v, type) and issubclass(v, r._Data)]\n"
+        "built = lambda: sorted(m.__name__ for m in models if m.__pydantic_complete__)\n"
+        "at_import = built()\n"
+        "from launcher.cli import main\n"
+        "main(['plan', '--format', 'json'])\n"
+        "print(json.dumps([at_import, built(), len(models), hasattr(r, 'annotations')]), file=sys.stderr)"
+    )
+    err = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"PATH": "/usr/bin:/bin", "LLMD_RECIPE": "kimi-k3.1-pro"},
+    ).stderr
+    at_import, after_plan, models, future_annotations = json.loads(err.splitlines()[-1])
+    assert models > 5  # the probe found the recipe models
+    assert at_import == []
+    assert after_plan == ["Recipe"]
+    # `from __future__ import annotations` would make pydantic compile each annotation from its text.
+    assert future_annotations is False
+
+
 def _module(path: str) -> str:
     return path.removesuffix(".py").removesuffix("/").replace("/", ".")
 
