@@ -341,7 +341,7 @@ class Recipe(_Data):
         return self
 
     @model_validator(mode="after")
-    def _router_contract(self) -> Recipe:
+    def _router_contract(self) -> "Recipe":
         """What the recipe alone shows of the router's contract; the engine's real block size is
         checked at run time (healthchecks/kvevents.py)."""
         for name, pool in self.pools.items():
