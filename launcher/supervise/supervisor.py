@@ -10,7 +10,8 @@ life cycle is scripted in unit tests and real in pods.
   LWS (RecreateGroupOnPodRestart) recreates the group. Sidecars restart with exponential backoff,
   bounded per window; past the bound they are treated as critical.
 - Shutdown order (ShutdownBudget in launcher/plan.py): `stop` leaves Running (the probes report not
-  ready from then on) -> SIGTERM the engine's main process (it drains, then stops its own workers)
+  ready from then on) -> on a requested stop, the deregistration delay (still serving) -> SIGTERM the
+  engine's main process (it drains, then stops its own workers)
   -> SIGTERM sidecars and what is left of every group -> SIGKILL whatever is left at kill_at.
 - The launcher is a child subreaper (or PID 1), so orphaned grandchildren are reaped here too.
 """
@@ -344,12 +345,19 @@ class Supervisor:
         budget = self.plan.shutdown
         started = self.clock()
         engine = self.engine
+        if requested and budget.deregister > 0 and engine.running:
+            # Not ready since t = 0 but still serving, until endpoints and the router stop sending:
+            # what they send meanwhile is served, not refused. After a failure nobody is served.
+            self.log.info("deregistering before the engine is signalled", wait_s=budget.deregister)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(engine.exited.wait(), timeout=budget.deregister)
         if engine.running:
             # The engine's main process only: it drains and then stops its own workers. vLLM's TP
             # workers exit on the first SIGTERM, so signalling the group would abort in-flight work.
             self._signal_main(engine, signal.SIGTERM)
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(engine.exited.wait(), timeout=budget.engine_deadline)
+                remaining = max(0.0, started + budget.engine_deadline - self.clock())
+                await asyncio.wait_for(engine.exited.wait(), timeout=remaining)
             if engine.running:
                 self.log.warning(
                     "engine still running after its drain window", waited_s=budget.engine_deadline
