@@ -17,6 +17,7 @@ import yaml
 
 from launcher.config.defaults import PROBE_PORT
 from launcher.config.recipe import RecipeSource, SglangPool, VllmPool, load_recipe
+from launcher.config.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD = ROOT / "tests" / "fixtures" / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
@@ -164,6 +165,20 @@ def test_env_only_and_probes_fit_a_long_load(name: str, doc: dict[str, Any]) -> 
         assert startup["periodSeconds"] * startup["failureThreshold"] >= 45 * 60
     for secret in (e for e in container["env"] if "TOKEN" in e["name"]):
         assert "secretKeyRef" in secret["valueFrom"]
+
+
+@pytest.mark.parametrize(("name", "doc"), WORKLOADS, ids=[name for name, _ in WORKLOADS])
+def test_the_startup_probe_outlasts_the_launchers_own_deadline(name: str, doc: dict[str, Any]) -> None:
+    """The launcher ends a pod whose start-up overran LLMD_STARTUP_SECONDS itself, naming the phase it
+    was stuck in; the kubelet's startup probe, which says only "probe failed", must not win the race:
+    its budget is the deadline plus two periods (the launcher's stop and termination message)."""
+    (container,) = pod_spec(doc)["containers"]
+    deadline = float(
+        container_env(container).get("LLMD_STARTUP_SECONDS", Settings.model_fields["startup_seconds"].default)
+    )
+    startup = container["startupProbe"]
+    budget = startup["periodSeconds"] * startup["failureThreshold"]
+    assert 0 < deadline and budget == deadline + 2 * startup["periodSeconds"]
 
 
 @pytest.mark.parametrize(
