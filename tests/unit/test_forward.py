@@ -83,7 +83,7 @@ def _run(engine: FakeEngine, seconds: float, port: int | None = None, **kw: floa
         )
         began = asyncio.get_running_loop().time()
         task = asyncio.create_task(watcher.run())
-        done, _ = await asyncio.wait({task}, timeout=seconds)
+        await asyncio.wait({task}, timeout=seconds)
         took = asyncio.get_running_loop().time() - began
         task.cancel()
         await runner.cleanup()
@@ -94,7 +94,7 @@ def _run(engine: FakeEngine, seconds: float, port: int | None = None, **kw: floa
 
 class NoProcesses:
     stop = RUNNING
-    processes: list[Any] = []
+    processes: tuple[Any, ...] = ()
 
     def process(self, _name: str) -> None:
         return None

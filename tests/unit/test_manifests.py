@@ -178,7 +178,7 @@ def test_the_startup_probe_outlasts_the_launchers_own_deadline(name: str, doc: d
     )
     startup = container["startupProbe"]
     budget = startup["periodSeconds"] * startup["failureThreshold"]
-    assert 0 < deadline and budget == deadline + 2 * startup["periodSeconds"]
+    assert deadline > 0 and budget == deadline + 2 * startup["periodSeconds"]
 
 
 @pytest.mark.parametrize(
