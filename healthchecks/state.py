@@ -152,10 +152,7 @@ class PodHealth:
                 # Reaped, but the supervisor's loop may not have handled the exit yet.
                 if state.spec.critical and state.pid is not None and not state.running:
                     return False, {"live": False, "reason": f"{state.name} exited ({state.last_exit})"}
-        body: dict[str, Any] = {"live": True, "phase": self.phase}
-        if forward is not None:
-            body["forward"] = forward.as_dict()
-        return True, body
+        return True, {"live": True, "phase": self.phase}
 
     def readiness(self) -> Answer:
         phase = self.phase

@@ -161,7 +161,7 @@ def test_livez_tells_the_stall_with_the_rank_and_the_canarys_outcome() -> None:
     watcher = ForwardWatcher(_watch(8000), lambda: True, 1, 1, lambda _: None, Quiet())
     health.forward = watcher
     live, body = health.liveness()
-    assert live and body["forward"]["rank 3"]["canary"] == "none sent"
+    assert live and body == {"live": True, "phase": "starting processes"}
     watcher.stalled = "engine stalled: rank 3 (:8000) made no progress for 61 s and its canary timed out"
     live, body = health.liveness()
     assert not live and body["reason"].startswith("engine stalled: rank 3")
