@@ -10,6 +10,7 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from healthchecks.forward import ForwardWatcher
 from healthchecks.kvevents import EVENT_TYPES, WatcherState
 from healthchecks.progress import PHASES
 from healthchecks.state import PodHealth
@@ -56,6 +57,8 @@ class PodCollector(Collector):
             yield _gauge("weight_load_progress_ratio", "weight shards loaded over shards to load", ratio)
         if health.kv_events is not None:
             yield from _kv_events(health.kv_events.state)
+        if health.forward is not None:
+            yield from _forward(health.forward)
 
     def _processes(self) -> Iterator[Metric]:
         up = GaugeMetricFamily(PREFIX + "process_up", "1 while the process runs", labels=["process"])
@@ -128,6 +131,32 @@ def _kv_events(state: WatcherState) -> Iterator[Metric]:
     for kind, count in state.malformed.items():
         malformed.add_metric([kind], count)
     yield from (events, *counters.values(), since, silent, mismatch, malformed)
+
+
+def _forward(watcher: ForwardWatcher) -> Iterator[Metric]:
+    source = ["source"]
+    since = GaugeMetricFamily(
+        PREFIX + "forward_seconds_since_progress",
+        "seconds since the engine's token counters moved or a canary came back",
+        labels=source,
+    )
+    stalled = GaugeMetricFamily(
+        PREFIX + "forward_stalled", "1 once the engine is judged stalled", labels=source
+    )
+    canaries = CounterMetricFamily(
+        PREFIX + "forward_canaries",
+        "one-token canary requests sent, by outcome",
+        labels=["source", "outcome"],
+    )
+    now = watcher.clock()
+    for state in watcher.states:
+        name = [state.source.name]
+        if state.progress_at is not None:
+            since.add_metric(name, now - state.progress_at)
+        stalled.add_metric(name, float(watcher.stalled_source == state.source.name))
+        for outcome in ("ok", "failed"):
+            canaries.add_metric([state.source.name, outcome], state.canaries[outcome])
+    yield from (since, stalled, canaries)
 
 
 def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:

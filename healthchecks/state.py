@@ -10,11 +10,19 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from healthchecks.progress import PREFLIGHT, STARTED, STARTING, STOPPING, StartupProgress
+from healthchecks.progress import (
+    LOADING_WEIGHTS,
+    PREFLIGHT,
+    STARTED,
+    STARTING,
+    STOPPING,
+    StartupProgress,
+)
 from launcher.plan import Check, EventsFlowing, Probes, ProcessSpec
 from launcher.supervise.outcome import Failed, Running, StopRequested, StopState
 
 if TYPE_CHECKING:
+    from healthchecks.forward import ForwardWatcher
     from healthchecks.kvevents import KvEventWatcher
 
 
@@ -70,6 +78,7 @@ class PodHealth:
         self.progress = StartupProgress(probes.progress)
         self.supervisor: ProcessTable | None = None
         self.kv_events: KvEventWatcher | None = None  # when the plan publishes KV events
+        self.forward: ForwardWatcher | None = None  # when the plan watches the engine's progress
 
     # ------------------------------------------------------------------ written by the launcher
     def use_plan(self, probes: Probes) -> None:
@@ -133,6 +142,9 @@ class PodHealth:
         if supervisor is None:
             return True, {"live": True, "phase": self.phase}
         stop = supervisor.stop
+        forward = self.forward
+        if forward is not None and forward.stalled is not None:  # before the supervisor acts on it
+            return False, {"live": False, "reason": forward.stalled, "forward": forward.as_dict()}
         if isinstance(stop, Failed):
             return False, {"live": False, "reason": stop.reason}
         if not isinstance(stop, StopRequested):
@@ -174,6 +186,17 @@ class PodHealth:
             **self.progress.as_dict(),
         }
         return False, body
+
+    def stuck_in(self) -> str:
+        """Where start-up is, for the deadline's termination message: the phase, how far the weights
+        are, what the start-up check still waits for."""
+        phase = self.phase
+        ratio = self.progress.weight_ratio
+        if phase == LOADING_WEIGHTS and ratio is not None:
+            phase += f" at {100 * ratio:.0f} %"
+        _, detail = self.passing(self.probes.started)
+        since = self.clock() - self.phase_at
+        return f"{phase} (for {since:.0f} s; waiting for {self.probes.started.name}: {detail})"
 
     @property
     def startup_seconds(self) -> float:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import Enum
 
 # Shown where a value is only known inside the pod (kubelet's own $(VAR) notation).
@@ -95,6 +95,30 @@ class Peer:
 
 
 @dataclass(frozen=True)
+class ProgressSource:
+    """One API server whose engine's token counters the launcher reads, and canaries when they stand still."""
+
+    name: str  # "engine", "rank 3": named in /livez and the termination message
+    port: int  # its API port: GET /metrics, POST /v1/completions
+
+
+@dataclass(frozen=True)
+class ProgressWatch:
+    """Forward progress of the serving engine (healthchecks/progress_watch.py). The engine's own token
+    counters must advance; when they have not for `stall_seconds`, one canary (a one-token completion)
+    must come back within `canary_seconds`, or the engine is stalled and the pod ends. A busy engine is
+    never canaried: its counters move. Headless workers have no API: a stalled worker stops the
+    leader's steps, so the leader's watch covers them (`covers`)."""
+
+    sources: tuple[ProgressSource, ...]
+    counters: tuple[str, ...]  # the engine's token counters, as named on its /metrics
+    model: str  # the served model name the canary asks for
+    stall_seconds: float
+    canary_seconds: float
+    covers: tuple[str, ...] = ()  # the group's headless pods whose stall this watch sees
+
+
+@dataclass(frozen=True)
 class Probes:
     """What the launcher's probe server answers from (healthchecks/)."""
 
@@ -104,6 +128,9 @@ class Probes:
     progress: str | None = None  # which parser reads start-up progress from the engine's output
     peers: tuple[Peer, ...] = ()  # the group's other pods whose loss ends this pod
     peer_lost_seconds: float = 0.0  # how long a peer that answered once may fail before it counts as lost
+    forward: ProgressWatch | None = None  # this pod's serving engine, watched for forward progress
+    forward_watched_by: str | None = None  # a headless pod: whose watch sees its stall
+    startup_seconds: float = 0.0  # start-up not ended this long after launch ends the pod (0: never)
 
 
 @dataclass(frozen=True)
@@ -148,21 +175,29 @@ class ShutdownBudget:
     the final SIGKILL. The plan uses it for the engine's --shutdown-timeout and the supervisor for its
     deadlines, so the two always agree. After SIGTERM reaches the launcher (t = 0):
 
-        0 ── SIGTERM engine ── drain (--shutdown-timeout) ── teardown ── engine_deadline
-          ── SIGTERM sidecars (sooner if the engine is gone) ── kill_at: SIGKILL what is left ── grace
+        0 not ready ── deregister: SIGTERM engine ── drain (--shutdown-timeout) ── teardown
+          ── engine_deadline ── SIGTERM sidecars (sooner if the engine is gone) ── kill_at: SIGKILL
+          what is left ── grace
+
+    `deregister`: /readyz is 503 from t = 0, but endpoints, the router and kube-proxy take a few
+    seconds to stop sending (KServe's preStop sleep exists for this); the engine keeps serving until
+    then, so nothing sent meanwhile is refused.
     """
 
     grace: int  # seconds from SIGTERM until the kubelet SIGKILLs the pod
     kill_margin: int  # SIGKILL this long before the kubelet would, so exit codes and logs are ours
     sidecar_window: int  # time the sidecars get after the engine
     teardown: int  # engine time after its drain (vLLM's DP supervisor waits drain + 5 s)
+    deregister: int = 0  # not ready, still serving, before the engine is signalled
 
     @classmethod
-    def from_grace(cls, grace: int) -> ShutdownBudget:
+    def from_grace(cls, grace: int, deregister: int = 0) -> ShutdownBudget:
         kill_margin = min(5, max(1, grace // 10))
         sidecar_window = min(5, grace // 6)
         engine_window = max(0, grace - kill_margin - sidecar_window)
-        return cls(grace, kill_margin, sidecar_window, min(5, engine_window // 4))
+        budget = cls(grace, kill_margin, sidecar_window, min(5, engine_window // 4))
+        # Never more than a sixth of the grace period: a short grace keeps most of it for the drain.
+        return replace(budget, deregister=max(0, min(deregister, grace // 6)))
 
     @property
     def kill_at(self) -> int:
@@ -175,7 +210,7 @@ class ShutdownBudget:
     @property
     def drain(self) -> int:
         """The engine's --shutdown-timeout: how long it may finish in-flight requests."""
-        return max(0, self.engine_deadline - self.teardown)
+        return max(0, self.engine_deadline - self.teardown - self.deregister)
 
 
 @dataclass(frozen=True)

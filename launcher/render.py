@@ -21,6 +21,7 @@ from launcher.plan import (
     Plan,
     Probes,
     ProcessSpec,
+    ProgressWatch,
     RoleKind,
     ShutdownBudget,
     TcpCheck,
@@ -74,6 +75,7 @@ def _shutdown_dict(budget: ShutdownBudget) -> dict[str, int]:
     """Seconds after SIGTERM reaches the launcher."""
     return {
         "grace": budget.grace,
+        "deregister": budget.deregister,
         "engine_drain": budget.drain,
         "engine_deadline": budget.engine_deadline,
         "kill_at": budget.kill_at,
@@ -113,6 +115,20 @@ def _probes_dict(probes: Probes) -> dict[str, Any]:
         "progress": probes.progress,
         "peers": [{"name": p.name, "host": p.host, "port": p.port} for p in probes.peers],
         "peer_lost_seconds": probes.peer_lost_seconds,
+        "forward": None if probes.forward is None else _forward_dict(probes.forward),
+        "forward_watched_by": probes.forward_watched_by,
+        "startup_seconds": probes.startup_seconds,
+    }
+
+
+def _forward_dict(watch: ProgressWatch) -> dict[str, Any]:
+    return {
+        "sources": [{"name": s.name, "port": s.port} for s in watch.sources],
+        "counters": list(watch.counters),
+        "model": watch.model,
+        "stall_seconds": watch.stall_seconds,
+        "canary_seconds": watch.canary_seconds,
+        "covers": list(watch.covers),
     }
 
 
@@ -210,7 +226,8 @@ def render_text(plan: Plan, with_notes: bool = True) -> str:
 
 def _shutdown_text(budget: ShutdownBudget) -> str:
     return (
-        f"on SIGTERM (grace {budget.grace} s): not ready at once; engine drains {budget.drain} s, "
+        f"on SIGTERM (grace {budget.grace} s): not ready at once; SIGTERM to the engine at "
+        f"{budget.deregister} s (deregistration), engine drains {budget.drain} s, "
         f"SIGTERM to sidecars by {budget.engine_deadline} s, SIGKILL to what is left at {budget.kill_at} s"
     )
 
@@ -228,11 +245,29 @@ def _check_text(check: Check) -> str:
 
 def _probes_text(probes: Probes) -> list[str]:
     progress = f"; start-up progress read from {probes.progress}'s output" if probes.progress else ""
-    return [
+    out = [
         f"probes on :{probes.port} (/livez /readyz /startupz /metrics)",
         "  ready when: " + ", ".join(_check_text(c) for c in probes.ready),
         f"  started when: {_check_text(probes.started)} passes once{progress}",
     ]
+    if probes.startup_seconds > 0:
+        out.append(
+            f"  start-up deadline: {probes.startup_seconds:g} s, then the pod ends (exit 6) naming its phase"
+        )
+    if (watch := probes.forward) is not None:
+        sources = ", ".join(f"{s.name} :{s.port}" for s in watch.sources)
+        covers = f"; covers the headless {', '.join(watch.covers)}" if watch.covers else ""
+        out.append(
+            f"  forward progress: {' / '.join(watch.counters)} on {sources} /metrics; still for "
+            f"{watch.stall_seconds:g} s: canary POST /v1/completions (model {watch.model}, max_tokens 1) "
+            f"within {watch.canary_seconds:g} s, else stalled: /livez 503, exit 5{covers}"
+        )
+    elif probes.forward_watched_by:
+        out.append(
+            f"  forward progress: watched by the {probes.forward_watched_by}'s launcher (this pod serves "
+            "no API; a stalled worker stops the leader's steps and fails its canary)"
+        )
+    return out
 
 
 def render_group_text(report: GroupReport) -> str:

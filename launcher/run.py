@@ -17,13 +17,14 @@ from launcher.config.defaults import TERMINATION_LOG
 from launcher.errors import ConfigError, Problem
 from launcher.plan import Plan
 from launcher.redact import Scrubber, secret_values
-from launcher.supervise.outcome import TERMINATION_LIMIT, Outcome
+from launcher.supervise.outcome import EXIT_STALLED, EXIT_STARTUP_DEADLINE, TERMINATION_LIMIT, Outcome
 
 if TYPE_CHECKING:
     from healthchecks.state import PodHealth
     from launcher.config.recipe import Recipe
     from launcher.config.settings import Settings
     from launcher.supervise.logs import ChildOutput, Log
+    from launcher.supervise.supervisor import Supervisor
 
 
 def run(cli_settings: dict[str, Any]) -> int:
@@ -119,7 +120,18 @@ async def _run(
         stage = ["building the plan"]
         prepare = asyncio.create_task(_prepare(settings, recipe, plan, log, stage, health))
         first_signal = asyncio.create_task(events.get())
-        await asyncio.wait({prepare, first_signal}, return_when=asyncio.FIRST_COMPLETED)
+        startup = plan.probes.startup_seconds
+        await asyncio.wait(
+            {prepare, first_signal},
+            timeout=max(0.0, health.launched_at + startup - health.clock()) if startup > 0 else None,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        if not prepare.done() and not first_signal.done():  # the start-up deadline, before any spawn
+            prepare.cancel()
+            first_signal.cancel()
+            return Outcome(
+                EXIT_STARTUP_DEADLINE, _late(startup, f"{health.phase} ({stage[0]}); nothing was started")
+            )
         if first_signal.done() and not prepare.done():
             prepare.cancel()
             event = first_signal.result()
@@ -158,6 +170,24 @@ async def _run(
 
             health.kv_events = KvEventWatcher(plan.kv_events, log)
             background.append(asyncio.create_task(health.kv_events.run()))
+        if startup > 0:
+            background.append(asyncio.create_task(_startup_deadline(health, startup, supervisor)))
+        if plan.probes.forward is not None:
+            from healthchecks.forward import ForwardWatcher
+            from healthchecks.progress import STOPPING
+
+            def stalled(reason: str) -> None:
+                supervisor.condemn(reason, EXIT_STALLED)
+
+            health.forward = ForwardWatcher(
+                plan.probes.forward,
+                lambda: health.started_at is not None and health.phase != STOPPING,
+                settings.check_interval,
+                settings.check_timeout,
+                stalled,
+                log,
+            )
+            background.append(asyncio.create_task(health.forward.run()))
         if plan.probes.peers:
             from healthchecks.peers import PeerWatcher
             from launcher.supervise.outcome import EXIT_GROUP_BROKEN
@@ -179,6 +209,20 @@ async def _run(
                     await task
     finally:
         await server.stop()
+
+
+async def _startup_deadline(health: PodHealth, seconds: float, supervisor: Supervisor) -> None:
+    """Ends the pod when start-up has not ended `seconds` after launch, naming where it is stuck: the
+    kubelet's startup probe would end it a little later, saying only that a probe failed."""
+    import asyncio
+
+    await asyncio.sleep(max(0.0, health.launched_at + seconds - health.clock()))
+    if health.started_at is None:
+        supervisor.condemn(_late(seconds, health.stuck_in()), EXIT_STARTUP_DEADLINE)
+
+
+def _late(seconds: float, where: str) -> str:
+    return f"start-up deadline: not started within LLMD_STARTUP_SECONDS={seconds:g} s; stuck in {where}"
 
 
 async def _prepare(

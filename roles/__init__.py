@@ -20,10 +20,13 @@ def build_plan(settings: Settings, recipe: Recipe, group_member: int | None = No
         runtime_dir=settings.runtime_dir,
         extra_args=settings.extra_args,
         extra_env=settings.extra_env,
-        shutdown=ShutdownBudget.from_grace(settings.grace_seconds),
+        shutdown=ShutdownBudget.from_grace(settings.grace_seconds, settings.deregister_seconds),
         check_flags=settings.check_flags,
         probe_port=settings.probe_port,
         peer_lost_seconds=settings.peer_lost_seconds,
+        stall_seconds=settings.stall_seconds,
+        canary_seconds=settings.canary_seconds,
+        startup_seconds=settings.startup_seconds,
     )
     pool = derived.pool
     if isinstance(pool, VllmPool):

@@ -8,7 +8,16 @@ from dataclasses import dataclass
 from launcher.config.defaults import PROBE_PORT
 from launcher.config.recipe import ArgValue, Recipe, RecipeSource
 from launcher.errors import ConfigError, Problem
-from launcher.plan import FileSpec, KvEventsWatch, Plan, ProcessSpec, Role, ShutdownBudget
+from launcher.plan import (
+    FileSpec,
+    KvEventsWatch,
+    Plan,
+    ProcessSpec,
+    ProgressSource,
+    ProgressWatch,
+    Role,
+    ShutdownBudget,
+)
 from roles.args import Arg, args_from, flag_key, flatten, merge_extra, split_extra_args
 from roles.derive import PodFacts
 from roles.flags import check_flags, check_secret_abbreviations, load_catalog
@@ -30,6 +39,9 @@ class BuildContext:
     probe_port: int = PROBE_PORT  # the launcher's own probe server
     peer_lost_seconds: float = 0.0  # how long a peer pod may stop answering before this pod ends
     check_flags: bool = True  # against the engine's flag catalogue (roles/flags.py)
+    stall_seconds: float = 0.0  # token counters still this long: canary (0: no forward-progress watch)
+    canary_seconds: float = 20.0
+    startup_seconds: float = 0.0  # the launcher's start-up deadline (0: none)
 
     @property
     def pool_name(self) -> str:
@@ -41,6 +53,21 @@ class BuildContext:
         for layer in (*layers, self.extra_env):
             merged.update(layer)
         return merged
+
+    def progress_watch(
+        self, sources: list[ProgressSource], counters: tuple[str, ...], model: str
+    ) -> ProgressWatch | None:
+        """The forward-progress watch of a serving engine; None when LLMD_STALL_SECONDS is 0."""
+        if self.stall_seconds <= 0 or not sources:
+            return None
+        return ProgressWatch(tuple(sources), counters, model, self.stall_seconds, self.canary_seconds)
+
+    def startup_env(self, name: str) -> dict[str, str]:
+        """An engine start-up timeout that would fire before the launcher's deadline, raised to it
+        (the recipe's env, layered above, still wins)."""
+        if self.startup_seconds <= 0:
+            return {}
+        return {name: str(int(self.startup_seconds))}
 
     def check_recipe_args(
         self, args: Mapping[str, ArgValue], owned: Mapping[str, str], where: str, catalog: str | None = None
@@ -89,6 +116,7 @@ class BuildContext:
         leader_port: int | None = None,
         progress: str | None = None,
         kv_events: KvEventsWatch | None = None,
+        forward: ProgressWatch | None = None,
     ) -> Plan:
         """leader_port: the leader's API port, which workers watch; progress: the engine's log parser."""
         files = files or []
@@ -121,6 +149,8 @@ class BuildContext:
                 progress,
                 kv_events is not None and (kv_events.readiness or kv_events.block_size_readiness),
                 self.peer_lost_seconds,
+                forward,
+                self.startup_seconds,
             ),
             kv_events=kv_events,
         )

@@ -6,6 +6,10 @@
 - A worker (headless): its engine process must live, and the leader's API must be reachable. The
   leader's API opens only after the whole group has loaded, so that is also when a worker's start-up
   ends: it has joined.
+- A serving engine (vLLM leader or API pod, each DP rank behind the DP supervisor, the SGLang leader)
+  is watched for forward progress (ProgressWatch): its token counters must move, or a one-token
+  canary must come back. A headless worker has no API; a stalled worker stops the leader's steps, so
+  the leader's watch covers the group's workers, and the worker's plan says so.
 - Every pod of a multi-pod group watches its peers' launchers (the leader its workers, a worker its
   leader): one that answered once and then stops answering ends this pod too, so LWS recreates the
   group at once. Worker names follow LWS's naming: the leader `<lws>-<g>.<subdomain>.<ns>`, worker i
@@ -15,6 +19,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from launcher.addresses import is_ip
 from launcher.plan import (
@@ -24,6 +29,7 @@ from launcher.plan import (
     Peer,
     Probes,
     ProcessSpec,
+    ProgressWatch,
     Role,
     RoleKind,
     TcpCheck,
@@ -38,9 +44,11 @@ def build_probes(
     progress: str | None = None,
     events_flowing: bool = False,
     peer_lost_seconds: float = 0.0,
+    forward: ProgressWatch | None = None,
+    startup_seconds: float = 0.0,
 ) -> Probes:
     """events_flowing: the recipe asked for "KV events flowing once a request was served" as well.
-    peer_lost_seconds: 0 watches no peer."""
+    peer_lost_seconds: 0 watches no peer. forward: the engine's progress watch, were it serving."""
     engine = processes[0]
     peers = group_peers(role, port) if peer_lost_seconds > 0 else ()
     if role.kind is RoleKind.WORKER and leader_port is not None:
@@ -53,8 +61,12 @@ def build_probes(
             started=leader,
             progress=progress,
             peers=peers,
+            forward_watched_by="leader" if forward is not None else None,
             peer_lost_seconds=peer_lost_seconds,
+            startup_seconds=startup_seconds,
         )
+    if forward is not None and role.kind is RoleKind.LEADER and role.group_size > 1:
+        forward = replace(forward, covers=tuple(f"worker {i}" for i in range(1, role.group_size)))
     ready = tuple(Check(p.name, p.name, p.health) for p in processes if p.health is not None)
     started = next((c for c in ready if c.process == engine.name), Check(engine.name, engine.name))
     ready = ready or (started,)
@@ -66,7 +78,9 @@ def build_probes(
         started=started,
         progress=progress,
         peers=peers,
+        forward=forward,
         peer_lost_seconds=peer_lost_seconds,
+        startup_seconds=startup_seconds,
     )
 
 

@@ -5,12 +5,18 @@ from __future__ import annotations
 
 from launcher.addresses import host_port
 from launcher.config.recipe import SglangPool
-from launcher.plan import HttpCheck, Plan, PortSpec, ProcessSpec, RoleKind
-from roles.args import Arg, arg, args_from
+from launcher.plan import HttpCheck, Plan, PortSpec, ProcessSpec, ProgressSource, RoleKind
+from roles.args import Arg, arg, args_from, flag_key
 from roles.context import BuildContext, owned_flags
 
 SGLANG = ["python3", "-m", "sglang.launch_server"]
 SGLANG_CATALOG = "sglang-server"
+# Token counters on the leader's /metrics, present only with --enable-metrics (SGLang 0.5.23
+# srt/observability/metrics_collector.py). SGLang has no start-up timeout that fires before the
+# launcher's deadline: --dist-timeout (default: torch's) bounds every collective, not only start-up,
+# so it is left alone; the 120 s warm-up wait (srt/entrypoints/http_server.py _wait_and_warmup) begins
+# only once the model is loaded.
+TOKEN_COUNTERS = ("sglang:generation_tokens_total", "sglang:prompt_tokens_total")
 
 _OWNED = {
     **owned_flags(
@@ -44,6 +50,10 @@ def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
         ]
     if leader:
         args += [*arg("host", "0.0.0.0"), *arg("port", pool.port)]
+        if flag_key("enable-metrics") not in {
+            flag_key(f) for f in pool.args
+        }:  # the forward-progress watch reads its token counters
+            args += arg("enable-metrics")
     args += args_from(pool.args)
     argv, notes = ctx.command(SGLANG, args, _OWNED, SGLANG_CATALOG)
 
@@ -60,4 +70,14 @@ def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
         ports=tuple(ports),
         health=HttpCheck(pool.port, "/health") if leader else None,
     )
-    return ctx.plan([engine], notes=notes, model_path=model.path, leader_port=pool.port, progress="sglang")
+    watch = ctx.progress_watch(
+        [ProgressSource("engine", pool.port)], TOKEN_COUNTERS, model.served_name or model.path
+    )
+    return ctx.plan(
+        [engine],
+        notes=notes,
+        model_path=model.path,
+        leader_port=pool.port,
+        progress="sglang",
+        forward=watch,
+    )

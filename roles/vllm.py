@@ -17,6 +17,7 @@ from launcher.plan import (
     Plan,
     PortSpec,
     ProcessSpec,
+    ProgressSource,
     RoleKind,
 )
 from roles import topology
@@ -29,6 +30,12 @@ RENDER = ["vllm", "launch", "render"]
 VLLM_CATALOG = "vllm-serve"
 ACCESS_LOG_FLAG = "disable-access-log-for-endpoints"  # comma-separated paths (vLLM 0.32.0 cli_args.py)
 MASTER_PORT_DEFAULT = 29501  # vLLM's --master-port default (vLLM 0.32.0 vllm/config/parallel.py)
+# Token counters every API server exposes on /metrics (vLLM 0.32.0 vllm/v1/metrics/loggers.py).
+TOKEN_COUNTERS = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total")
+# The API server gives up on its engine cores after this (default 600 s, vLLM 0.32.0 vllm/envs.py,
+# v1/engine/core_client.py): sooner than a 45-minute load. The DP supervisor waits for its ranks
+# without a limit of its own (entrypoints/launchers/dp_supervisor.py _wait_until_ready).
+READY_TIMEOUT = "VLLM_ENGINE_READY_TIMEOUT_S"
 
 # Flags the launcher derives; LLMD_EXTRA_ARGS may not set them (short aliases included).
 # fmt: off
@@ -105,7 +112,7 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
     engine = ProcessSpec(
         name="engine",
         argv=argv,
-        env=ctx.env(ctx.recipe.env, pool.env, generated_env),
+        env=ctx.env(ctx.startup_env(READY_TIMEOUT), ctx.recipe.env, pool.env, generated_env),
         critical=True,
         ports=tuple(_engine_ports(pool, ctx)) if serves else (),
         health=_engine_health(pool) if serves else None,
@@ -133,7 +140,19 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
         leader_port=pool.port,
         progress="vllm",
         kv_events=_kv_events_watch(pool, ctx) if serves else None,
+        forward=ctx.progress_watch(
+            _progress_sources(pool, ctx), TOKEN_COUNTERS, model.served_name or model.path
+        ),
     )
+
+
+def _progress_sources(pool: VllmPool, ctx: BuildContext) -> list[ProgressSource]:
+    """Each API server of the pod: one per local rank behind the DP supervisor, else one."""
+    if pool.supervisor_port is None:
+        return [ProgressSource("engine", pool.port)]
+    ranks = ctx.role.dp_ranks or range(1)
+    ports = topology.local_rank_ports(pool.port, pool.local_ranks)
+    return [ProgressSource(f"rank {r}", p) for r, p in zip(ranks, ports, strict=True)]
 
 
 def _kv_events_watch(pool: VllmPool, ctx: BuildContext) -> KvEventsWatch | None:

@@ -301,6 +301,35 @@ class Settings(BaseSettings):
         ge=0,
     )
 
+    stall_seconds: float = setting(
+        60.0,
+        "a serving engine whose token counters (its /metrics) stood still this long gets one canary, a "
+        "one-token completion; no answer within LLMD_CANARY_SECONDS and the pod ends, exit 5 (0: no watch)",
+        fix="give a number of seconds, or 0 to watch no forward progress",
+        ge=0,
+    )
+    canary_seconds: float = setting(
+        20.0,
+        "seconds a canary completion may take before the engine counts as stalled",
+        fix="give a positive number of seconds",
+        gt=0,
+    )
+    startup_seconds: float = setting(
+        2700.0,
+        "start-up not ended this long after launch ends the pod, exit 6, naming the phase it was stuck in; "
+        "the engine's own earlier start-up timeouts are raised to it; keep it within the startup "
+        "probe's periodSeconds x failureThreshold (0: no deadline)",
+        fix="give a number of seconds, or 0 for no start-up deadline",
+        ge=0,
+    )
+    deregister_seconds: int = setting(
+        5,
+        "on SIGTERM, seconds the pod stays not ready but serving before the engine is signalled, so "
+        "endpoints and the router stop sending first; at most a sixth of LLMD_GRACE_SECONDS",
+        fix="give a non-negative integer number of seconds",
+        ge=0,
+    )
+
     @field_validator("leader_address")
     @classmethod
     def _leader_is_a_host(cls, value: str | None) -> str | None:

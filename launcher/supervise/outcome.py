@@ -13,6 +13,8 @@ TERMINATION_LIMIT = 4096  # bytes the kubelet keeps of /dev/termination-log
 # pod exits with the engine's own code, 128+N for signal N, 2 for bad input, 1 for an internal error.
 EXIT_ENGINE_QUIT = 3  # the engine exited 0 although no stop was asked for: a crash, not a success
 EXIT_GROUP_BROKEN = 4  # another pod of the LWS group is gone (healthchecks/peers.py)
+EXIT_STALLED = 5  # the engine runs but makes no progress: its canary failed (healthchecks/forward.py)
+EXIT_STARTUP_DEADLINE = 6  # start-up did not end within LLMD_STARTUP_SECONDS
 
 
 @dataclass(frozen=True)

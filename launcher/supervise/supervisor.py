@@ -10,7 +10,8 @@ life cycle is scripted in unit tests and real in pods.
   LWS (RecreateGroupOnPodRestart) recreates the group. Sidecars restart with exponential backoff,
   bounded per window; past the bound they are treated as critical.
 - Shutdown order (ShutdownBudget in launcher/plan.py): `stop` leaves Running (the probes report not
-  ready from then on) -> SIGTERM the engine's main process (it drains, then stops its own workers)
+  ready from then on) -> on a requested stop, the deregistration delay (still serving) -> SIGTERM the
+  engine's main process (it drains, then stops its own workers)
   -> SIGTERM sidecars and what is left of every group -> SIGKILL whatever is left at kill_at.
 - The launcher is a child subreaper (or PID 1), so orphaned grandchildren are reaped here too.
 """
@@ -344,16 +345,22 @@ class Supervisor:
         budget = self.plan.shutdown
         started = self.clock()
         engine = self.engine
+        if requested and budget.deregister > 0 and engine.running:
+            # Not ready since t = 0 but still serving, until endpoints and the router stop sending:
+            # what they send meanwhile is served, not refused. After a failure nobody is served.
+            self.log.info("deregistering before the engine is signalled", wait_s=budget.deregister)
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(engine.exited.wait(), timeout=budget.deregister)
         if engine.running:
             # The engine's main process only: it drains and then stops its own workers. vLLM's TP
             # workers exit on the first SIGTERM, so signalling the group would abort in-flight work.
             # A pod condemned while its engine runs (a group member gone) has nothing worth draining.
-            wait = budget.engine_deadline if requested else budget.sidecar_window
+            deadline = started + (budget.engine_deadline if requested else budget.sidecar_window)
             self._signal_main(engine, signal.SIGTERM)
             with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(engine.exited.wait(), timeout=wait)
+                await asyncio.wait_for(engine.exited.wait(), timeout=max(0.0, deadline - self.clock()))
             if engine.running:
-                self.log.warning("engine still running after its drain window", waited_s=wait)
+                self.log.warning("engine still running after its drain window", waited_s=deadline - started)
         # Sidecars, what is left of the engine's group, and strays that left their groups.
         for state in self.processes:
             self._signal_main(state, signal.SIGTERM)

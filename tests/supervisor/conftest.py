@@ -49,6 +49,7 @@ def make_pod(tmp_path: Path) -> Iterator[MakePod]:
             "POD_IP": "127.0.0.1",
             "LLMD_BIN_PATH": str(STANDINS),
             "LLMD_RESTART_BACKOFF_SECONDS": "0.05",
+            "LLMD_DEREGISTER_SECONDS": "0",  # test_liveness.py sets it where it is the subject
         }
         pod = LauncherPod(workdir, {**base, **(env or {})}, port=port)
         pods.append(pod)

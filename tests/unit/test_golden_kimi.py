@@ -55,7 +55,7 @@ def multi_connector(role: str, nixl: str, store: str) -> str:
 
 PREFILL_FLAGS = [
     "--tensor-parallel-size", "8",
-    "--shutdown-timeout", "17",  # LLMD_GRACE_SECONDS 30 (launcher/plan.py ShutdownBudget)
+    "--shutdown-timeout", "12",  # LLMD_GRACE_SECONDS 30 - LLMD_DEREGISTER_SECONDS 5 (ShutdownBudget)
     "--enable-expert-parallel",
     "--enable-ep-weight-filter",
     "--enable-cumem-allocator",
@@ -91,6 +91,7 @@ def prefill_argv(node_rank: int, pod_ip: str) -> list[str]:
 
 def prefill_env(pod_ip: str) -> dict[str, str]:
     return {
+        "VLLM_ENGINE_READY_TIMEOUT_S": "2700",  # raised to LLMD_STARTUP_SECONDS
         **HF_ENV,
         "PYTHONHASHSEED": "42",
         "VLLM_NIXL_SIDE_CHANNEL_HOST": pod_ip,
@@ -178,7 +179,7 @@ def test_decode(plan_json: Any, index: int) -> None:
         "--data-parallel-start-rank", str(4 * index),
         "--data-parallel-address", DECODE_LEADER, "--data-parallel-rpc-port", "5555",
         "--data-parallel-multi-port-external-lb", "--data-parallel-supervisor-port", "8208",
-        "--shutdown-timeout", "17",
+        "--shutdown-timeout", "12",
         "--disable-access-log-for-endpoints", "/health,/readyz",  # DP supervisor; no kv_events
         "--enable-expert-parallel", "--enable-ep-weight-filter", "--enable-cumem-allocator",
         "--load-format", "fastsafetensors", "--gpu-memory-utilization", "0.95",
@@ -190,6 +191,7 @@ def test_decode(plan_json: Any, index: int) -> None:
         "--kv-transfer-config", multi_connector("kv_consumer", nixl="kv_consumer", store="kv_consumer"),
     ]  # fmt: skip
     assert procs["engine"]["env"] == {
+        "VLLM_ENGINE_READY_TIMEOUT_S": "2700",
         **HF_ENV,
         "PYTHONHASHSEED": "42",  # MooncakeStore keys must hash like prefill's
         "VLLM_NIXL_SIDE_CHANNEL_HOST": pod_ip,
@@ -216,7 +218,7 @@ def test_tpu(plan_json: Any, index: int) -> None:
     )
     assert plan["role"]["name"] == ("tpu-leader" if index == 0 else "tpu-worker")
     (engine,) = plan["processes"]
-    api = ["--host", "0.0.0.0", "--port", "30000"] if index == 0 else []
+    api = ["--host", "0.0.0.0", "--port", "30000", "--enable-metrics"] if index == 0 else []
     assert engine["argv"] == [
         "python3", "-m", "sglang.launch_server",
         "--model-path", MODEL, "--served-model-name", SERVED, "--tp-size", "32",

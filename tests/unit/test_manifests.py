@@ -30,6 +30,7 @@ from launcher.config.recipe import (
     load_recipe,
     parse_size,
 )
+from launcher.config.settings import Settings
 from roles.memory import pod_memory
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -229,6 +230,20 @@ def test_env_only_and_probes_fit_a_long_load(name: str, doc: dict[str, Any]) -> 
         assert startup["periodSeconds"] * startup["failureThreshold"] >= 45 * 60
     for secret in (e for e in container["env"] if "TOKEN" in e["name"]):
         assert "secretKeyRef" in secret["valueFrom"]
+
+
+@pytest.mark.parametrize(("name", "doc"), WORKLOADS, ids=[name for name, _ in WORKLOADS])
+def test_the_startup_probe_outlasts_the_launchers_own_deadline(name: str, doc: dict[str, Any]) -> None:
+    """The launcher ends a pod whose start-up overran LLMD_STARTUP_SECONDS itself, naming the phase it
+    was stuck in; the kubelet's startup probe, which says only "probe failed", must not win the race:
+    its budget is the deadline plus two periods (the launcher's stop and termination message)."""
+    (container,) = pod_spec(doc)["containers"]
+    deadline = float(
+        container_env(container).get("LLMD_STARTUP_SECONDS", Settings.model_fields["startup_seconds"].default)
+    )
+    startup = container["startupProbe"]
+    budget = startup["periodSeconds"] * startup["failureThreshold"]
+    assert deadline > 0 and budget == deadline + 2 * startup["periodSeconds"]
 
 
 @pytest.mark.parametrize(

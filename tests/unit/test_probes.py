@@ -101,8 +101,43 @@ def test_probe_rules_per_role(plan_json: Any, role: str) -> None:
     env, expected = ROLES[role]
     plan = plan_json(env=env)
     assert plan["role"]["name"] == role
-    probes = {k: v for k, v in plan["probes"].items() if k not in ("peers", "peer_lost_seconds")}
+    shown_elsewhere = ("peers", "peer_lost_seconds", "forward", "forward_watched_by", "startup_seconds")
+    probes = {k: v for k, v in plan["probes"].items() if k not in shown_elsewhere}
     assert probes == expected
+
+
+FORWARD = {  # role: (its API servers watched for forward progress, headless pods covered, watched by)
+    "prefill-leader": ([("engine", 8000)], ["worker 1"], None),
+    "prefill-worker": ([], [], "leader"),
+    "decode": ([(f"rank {r}", 8200 + r - 8) for r in range(8, 12)], [], None),
+    "tpu-leader": ([("engine", 30000)], ["worker 1", "worker 2", "worker 3"], None),
+    "tpu-worker": ([], [], "leader"),
+    "mooncake-master": ([], [], None),
+    "mooncake-donor": ([], [], None),
+}
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_forward_progress_watch_per_role(plan_json: Any, role: str) -> None:
+    """Each serving engine is watched (every DP rank on its own port); a headless worker is covered by
+    its leader's watch, and its plan says so; services are not watched."""
+    env, _ = ROLES[role]
+    probes = plan_json(env=env)["probes"]
+    sources, covers, watched_by = FORWARD[role]
+    watch = probes["forward"]
+    assert ([(s["name"], s["port"]) for s in watch["sources"]] if watch else []) == sources
+    assert (watch["covers"] if watch else []) == covers
+    assert probes["forward_watched_by"] == watched_by
+    assert probes["startup_seconds"] == 2700.0
+    if watch:
+        assert watch["model"] == "moonshotai/Kimi-K3.1-Pro"
+        assert (watch["stall_seconds"], watch["canary_seconds"]) == (60.0, 20.0)
+        assert watch["counters"][0].endswith(":generation_tokens_total")
+
+
+def test_stall_seconds_zero_watches_nothing(plan_json: Any) -> None:
+    env, _ = ROLES["decode"]
+    assert plan_json(env={**env, "LLMD_STALL_SECONDS": "0"})["probes"]["forward"] is None
 
 
 def _worker(leader: str, index: int) -> str:
@@ -159,6 +194,11 @@ def test_text_plan_says_how_the_pod_is_probed(run_cli: Any) -> None:
         "  ready when: engine (GET :8208/readyz = 200), disagg-sidecar (GET :8000/health = 200)\n"
         "  started when: engine (GET :8208/readyz = 200) passes once; start-up progress read from "
         "vllm's output\n"
+        "  start-up deadline: 2700 s, then the pod ends (exit 6) naming its phase\n"
+        "  forward progress: vllm:generation_tokens_total / vllm:prompt_tokens_total on rank 8 :8200, "
+        "rank 9 :8201, rank 10 :8202, rank 11 :8203 /metrics; still for 60 s: canary POST "
+        "/v1/completions (model moonshotai/Kimi-K3.1-Pro, max_tokens 1) within 20 s, else stalled: "
+        "/livez 503, exit 5\n"
     )
 
 

@@ -60,7 +60,7 @@ def test_user_recipe_single_pod(plan_json: Any, user_recipe: str) -> None:
     assert plan["recipe"] == "tiny" and plan["role"]["name"] == "serve-leader"
     assert engine(plan)["argv"][:9] == [
         "vllm", "serve", "/models/tiny", "--served-model-name", "tiny", "--port", "9000",
-        "--shutdown-timeout", "17",
+        "--shutdown-timeout", "12",  # grace 30 s less the 5 s deregistration delay
     ]  # fmt: skip
     assert "--nnodes" not in engine(plan)["argv"]  # one pod: no multi-node flags
     assert "--max-model-len" in engine(plan)["argv"]

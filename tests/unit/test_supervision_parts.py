@@ -42,8 +42,28 @@ def test_budget_examples(grace: int, drain: int, kill_at: int) -> None:
 
 
 def test_engine_shutdown_timeout_follows_llmd_grace_seconds(plan_json: Any) -> None:
-    engine = plan_json(env={"LLMD_GRACE_SECONDS": "90"})["processes"][0]["argv"]
+    engine = plan_json(env={"LLMD_GRACE_SECONDS": "90", "LLMD_DEREGISTER_SECONDS": "0"})["processes"][0][
+        "argv"
+    ]
     assert engine[engine.index("--shutdown-timeout") + 1] == "75"
+
+
+@pytest.mark.parametrize(
+    ("grace", "asked", "deregister", "drain"), [(90, 5, 5, 70), (30, 5, 5, 12), (12, 5, 2, 5), (5, 5, 0, 3)]
+)
+def test_deregistration_comes_out_of_the_drain(grace: int, asked: int, deregister: int, drain: int) -> None:
+    """The deregistration delay is taken from the drain, capped at a sixth of a short grace period."""
+    budget = ShutdownBudget.from_grace(grace, asked)
+    base = ShutdownBudget.from_grace(grace)
+    assert (budget.deregister, budget.drain) == (deregister, drain)
+    assert budget.drain == max(0, base.drain - budget.deregister)
+    assert (budget.engine_deadline, budget.kill_at) == (base.engine_deadline, base.kill_at)
+
+
+@given(st.integers(min_value=1, max_value=100_000), st.integers(min_value=0, max_value=1000))
+def test_budget_with_deregistration_fits_the_grace_period(grace: int, deregister: int) -> None:
+    b = ShutdownBudget.from_grace(grace, deregister)
+    assert b.deregister + b.drain + b.teardown <= b.engine_deadline <= b.kill_at < grace
 
 
 def test_bad_grace_seconds_is_one_line(run_cli: Any) -> None:

@@ -20,7 +20,7 @@ from typing_extensions import TypeVarTuple, Unpack
 from launcher.plan import Plan, PodIdentity, ProcessSpec, Role, RoleKind, ShutdownBudget
 from launcher.redact import Scrubber
 from launcher.supervise.logs import ChildOutput
-from launcher.supervise.outcome import Failed, Outcome, StopRequested
+from launcher.supervise.outcome import EXIT_STALLED, Failed, Outcome, StopRequested
 from launcher.supervise.spawn import ChildHandle, Descendant
 from launcher.supervise.supervisor import Event, SignalReceived, Supervisor, SupervisorConfig
 
@@ -194,7 +194,8 @@ def supervise(
     early_signal: int | None = None,
     restarts: int = 3,
     window: float = 300.0,
-    condemn_at: float | None = None,
+    budget: ShutdownBudget = BUDGET,
+    condemn: tuple[float, str, int] | None = None,
 ) -> tuple[Outcome, Pod]:
     """Run an engine and a render sidecar under the fake spawner until the pod ends."""
     pod = Pod(spawner)
@@ -203,7 +204,7 @@ def supervise(
         Role("p", RoleKind.LEADER),
         PodIdentity(),
         (ProcessSpec("engine", ("vllm",)), ProcessSpec("render", ("render",), critical=False)),
-        BUDGET,
+        budget,
     )
     config = SupervisorConfig(sidecar_restarts=restarts, sidecar_restart_window=window, restart_backoff=1.0)
 
@@ -216,8 +217,8 @@ def supervise(
             loop.call_later(at, events.put_nowait, SignalReceived(signum))
         output = ChildOutput(as_json=False, scrub=Scrubber(()))
         pod.supervisor = Supervisor(plan, config, events, output, pod.log, clock=loop.time, spawner=spawner)
-        if condemn_at is not None:  # a watcher's verdict, e.g. a group member gone
-            loop.call_later(condemn_at, pod.supervisor.condemn, "group member worker 1 is gone", 4)
+        if condemn is not None:  # a watcher's verdict (healthchecks/forward.py, peers.py)
+            loop.call_later(condemn[0], pod.supervisor.condemn, condemn[1], condemn[2])
         return await pod.supervisor.run()
 
     return run_virtual(main), pod
@@ -351,7 +352,7 @@ def test_a_condemned_pod_stops_without_a_drain_and_exits_with_the_verdicts_code(
     """A broken group has nothing worth draining: the engine gets the sidecars' window, not the
     grace period, then everything left is killed."""
     spawner = FakeSpawner({"engine": [Script(on_sigterm=None)]})  # ignores SIGTERM (a hung peer)
-    outcome, pod = supervise(spawner, condemn_at=10)
+    outcome, pod = supervise(spawner, condemn=(10, "group member worker 1 is gone", 4))
     assert spawner.signalled("engine", signal.SIGTERM)[0] == pytest.approx(10, abs=0.01)
     assert spawner.signalled("engine", signal.SIGKILL) == [
         pytest.approx(10 + BUDGET.sidecar_window + BUDGET.kill_margin, abs=0.11)
@@ -362,5 +363,34 @@ def test_a_condemned_pod_stops_without_a_drain_and_exits_with_the_verdicts_code(
 
 def test_a_verdict_after_a_stop_began_changes_nothing() -> None:
     spawner = FakeSpawner()
-    outcome, _ = supervise(spawner, signals=((5, signal.SIGTERM),), condemn_at=6)
+    outcome, _ = supervise(spawner, signals=((5, signal.SIGTERM),), condemn=(6, "late verdict", 4))
     assert outcome.exit_code == 0
+
+
+# ------------------------------------------------------------------ deregistration and watchers' verdicts
+DEREGISTER = ShutdownBudget.from_grace(30, 5)  # engine signalled at 5 s, deadline 22 s
+
+
+def test_a_requested_stop_signals_the_engine_only_after_the_deregistration_delay() -> None:
+    spawner = FakeSpawner({"engine": [Script(on_sigterm=2)], "render": [Script(on_sigterm=0.5)]})
+    outcome, pod = supervise(spawner, signals=((10, signal.SIGTERM),), budget=DEREGISTER)
+    assert pod.supervisor is not None
+    assert spawner.signalled("engine", signal.SIGTERM) == [15]  # still serving from 10 to 15, not ready
+    assert spawner.signalled("render", signal.SIGTERM)[0] == 17  # once the engine has exited
+    assert (outcome.exit_code, outcome.reason) == (0, "stopped by SIGTERM")
+    assert "deregistering before the engine is signalled" in pod.log.events("info")
+
+
+def test_the_engine_deadline_counts_from_the_stop_not_from_the_engines_sigterm() -> None:
+    spawner = FakeSpawner({"engine": [Script(on_sigterm=None)], "render": [Script(on_sigterm=None)]})
+    supervise(spawner, signals=((10, signal.SIGTERM),), budget=DEREGISTER)
+    deadline = 10 + DEREGISTER.engine_deadline
+    assert spawner.signalled("engine", signal.SIGTERM) == [15, deadline, deadline]
+
+
+def test_a_condemned_pod_is_not_deregistered_first_and_exits_with_the_verdicts_code() -> None:
+    spawner = FakeSpawner({"engine": [Script(on_sigterm=1)]})
+    reason = "engine stalled: engine (:8000) made no progress for 80 s and its canary timed out after 20 s"
+    outcome, _ = supervise(spawner, budget=DEREGISTER, condemn=(30, reason, EXIT_STALLED))
+    assert spawner.signalled("engine", signal.SIGTERM) == [30]  # at once: nothing is served any more
+    assert (outcome.exit_code, outcome.reason) == (5, reason)

@@ -1,0 +1,137 @@
+"""Liveness benchmark (results: bench/results/liveness.md).
+
+1. SIGSTOP of an idle engine -> the launcher's verdict (/livez 503) and the pod's exit (code 5), over
+   >= 20 trials with the stand-in engine (tests/standins/vllm: SIGSTOP stops its HTTP server, as a
+   stopped vLLM engine core stops generating); vLLM's own backstop is VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS
+   = 300 s (vLLM 0.32.0 vllm/envs.py), stated, not waited for.
+2. The canary's cost idle: canaries and launcher CPU seconds over a few minutes with a short
+   LLMD_STALL_SECONDS, extrapolated to an hour at the default (60 s).
+
+    .venv/bin/python bench/liveness_bench.py [--trials 20] [--idle 120]
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from tests.pods import STANDINS, LauncherPod, free_port  # noqa: E402
+from tests.supervisor.conftest import write_recipe  # noqa: E402
+
+STALL, CANARY, INTERVAL, TIMEOUT = 2.0, 2.0, 0.5, 1.0
+BACKSTOP = 300.0  # vLLM's VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS default
+
+
+def pod(workdir: Path, extra: dict[str, str]) -> LauncherPod:
+    port = free_port()
+    env = {
+        "LLMD_RECIPE_FILE": str(write_recipe(workdir, port=port, render_port=None)),
+        "POD_IP": "127.0.0.1",
+        "LLMD_BIN_PATH": str(STANDINS),
+        "LLMD_GRACE_SECONDS": "6",  # a stopped engine ignores SIGTERM: SIGKILL after 2 s, not 8
+        **extra,
+    }
+    return LauncherPod(workdir, env, port=port)
+
+
+def stall_trial(workdir: Path) -> tuple[float, float, int, str]:
+    p = pod(
+        workdir,
+        {
+            "LLMD_STALL_SECONDS": str(STALL),
+            "LLMD_CANARY_SECONDS": str(CANARY),
+            "LLMD_CHECK_INTERVAL": str(INTERVAL),
+            "LLMD_CHECK_TIMEOUT": str(TIMEOUT),
+        },
+    ).start()
+    try:
+        p.wait_probe("startupz", 200)
+        time.sleep(0.3)
+        p.children()["engine"].send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        p.wait_probe("livez", 503, timeout=30)
+        verdict = time.monotonic() - stopped
+        code = p.finish(timeout=60)
+        gone = time.monotonic() - stopped
+        return verdict, gone, code, p.termination_log.read_text().splitlines()[0]
+    finally:
+        p.kill_everything()
+
+
+def idle_cost(workdir: Path, seconds: float, stall: float) -> tuple[int, float]:
+    p = pod(workdir, {"LLMD_STALL_SECONDS": str(stall), "LLMD_CANARY_SECONDS": str(CANARY)}).start()
+    try:
+        p.wait_probe("startupz", 200)
+        launcher = psutil.Process(p.pid)
+        cpu0 = sum(launcher.cpu_times()[:2])
+        time.sleep(seconds)
+        cpu = sum(launcher.cpu_times()[:2]) - cpu0
+        _, body = p.probe("livez")
+        metrics = __import__("httpx").get(f"http://127.0.0.1:{p.probe_port}/metrics").text
+        sent = sum(
+            int(float(line.rsplit(" ", 1)[1]))
+            for line in metrics.splitlines()
+            if line.startswith("llmd_launcher_forward_canaries_total")
+        )
+        assert body["live"], body
+        p.signal(signal.SIGTERM)
+        p.finish()
+        return sent, cpu
+    finally:
+        p.kill_everything()
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--trials", type=int, default=20)
+    parser.add_argument("--idle", type=float, default=120.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        verdicts, exits, codes = [], [], []
+        for i in range(args.trials):
+            work = Path(tmp) / f"t{i}"
+            work.mkdir()
+            verdict, gone, code, first = stall_trial(work)
+            verdicts.append(verdict)
+            exits.append(gone)
+            codes.append(code)
+        bound = STALL + TIMEOUT + CANARY + INTERVAL
+        print(
+            f"stand-in, {args.trials} trials; stall {STALL:g} s, canary {CANARY:g} s, interval {INTERVAL:g} s"
+        )
+        print(f"  exit codes: {sorted(set(codes))}; first line: {first}")
+        for name, values in (("SIGSTOP -> /livez 503", verdicts), ("SIGSTOP -> pod exit", exits)):
+            print(
+                f"  {name}: median {statistics.median(values):.2f} s, p95 {pct(values, 0.95):.2f} s, "
+                f"max {max(values):.2f} s (bound stall+/metrics timeout+canary+interval = {bound:g} s)"
+            )
+        print(f"  vLLM's own backstop: VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS = {BACKSTOP:g} s")
+        work = Path(tmp) / "idle"
+        work.mkdir()
+        stall = 5.0
+        sent, cpu = idle_cost(work, args.idle, stall)
+        per_hour_default = 3600 / 60.0
+        print(
+            f"idle {args.idle:g} s at LLMD_STALL_SECONDS={stall:g}: {sent} canaries, "
+            f"launcher CPU {cpu:.2f} s "
+            f"({100 * cpu / args.idle:.2f} % of a core); at the default 60 s: {per_hour_default:.0f} "
+            f"canaries/h (one token each), launcher CPU ~{cpu / args.idle * 3600:.0f} s/h upper bound"
+        )
+
+
+if __name__ == "__main__":
+    main()

