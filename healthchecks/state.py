@@ -70,6 +70,7 @@ class PodHealth:
         self.progress = StartupProgress(probes.progress)
         self.supervisor: ProcessTable | None = None
         self.kv_events: KvEventWatcher | None = None  # when the plan publishes KV events
+        self.flag_catalog: dict[str, object] | None = None  # which catalogue checked the flags, vs installed
 
     # ------------------------------------------------------------------ written by the launcher
     def use_plan(self, probes: Probes) -> None:
@@ -163,6 +164,7 @@ class PodHealth:
                 "started": True,
                 "phase": self.phase,
                 "startup_seconds": round(self.started_at - self.launched_at, 3),
+                **({"flag_catalog": self.flag_catalog} if self.flag_catalog else {}),
             }
         _, detail = self.passing(self.probes.started)
         body: dict[str, Any] = {
@@ -172,6 +174,7 @@ class PodHealth:
             "phase_seconds": round(now - self.phase_at, 1),
             "waiting_for": f"{self.probes.started.name}: {detail}",
             **self.progress.as_dict(),
+            **({"flag_catalog": self.flag_catalog} if self.flag_catalog else {}),
         }
         return False, body
 

@@ -139,6 +139,20 @@ class MooncakeStoreSpec(_Data):
         return value
 
 
+PreflightCheck = Literal["network", "memory", "memlock", "checkpoint", "drafter", "packages"]
+
+
+class HostSpec(_Data):
+    """What the preflight checks on the host a pod lands on (README "Preflight")."""
+
+    engine_memory: str | None = Field(
+        None, description="Host RAM the engine needs besides the KV stores (e.g. 64GB), for the memory check."
+    )
+    advisory: list[PreflightCheck] = Field(
+        [], description="Checks that only warn (log and plan) instead of refusing to start."
+    )
+
+
 class RenderSidecar(_Data):
     """`vllm launch render` beside the serving node (token producer for the router)."""
 
@@ -164,6 +178,7 @@ class _EnginePool(_Data):
     env: EnvMap = {}
 
     tensor_parallel: Count | None = None
+    host: HostSpec = HostSpec()
 
     @property
     def local_ranks(self) -> int:
@@ -247,6 +262,7 @@ class MooncakeMasterPool(_ServicePool):
     http_metadata_port: Port | None = None
     args: Args = {}
     env: EnvMap = {}
+    host: HostSpec = HostSpec()
 
 
 class MooncakeDonorPool(_ServicePool):
@@ -261,6 +277,7 @@ class MooncakeDonorPool(_ServicePool):
     http_port: Port = 9300
     args: Args = {}
     env: EnvMap = {}
+    host: HostSpec = HostSpec()
 
 
 Pool = Annotated[VllmPool | SglangPool | MooncakeMasterPool | MooncakeDonorPool, Field(discriminator="kind")]
