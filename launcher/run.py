@@ -159,6 +159,10 @@ async def _run(
 
             health.kv_events = KvEventWatcher(plan.kv_events, log)
             background.append(asyncio.create_task(health.kv_events.run()))
+            if any(s.ipc for s in plan.kv_events.sources):  # IPv6 pod: the router reaches the relay
+                from healthchecks.kvevents import KvEventRelay
+
+                background.append(asyncio.create_task(KvEventRelay(plan.kv_events, log).run()))
         if plan.probes.peers:
             from healthchecks.peers import PeerWatcher
             from launcher.supervise.outcome import EXIT_GROUP_BROKEN

@@ -40,7 +40,8 @@ class EngineFacts:
 
     @property
     def matches(self) -> bool:
-        return self.installed is not None and self.installed == self.catalog
+        """0.32.0+cpu is 0.32.0: a local build label does not change the flags."""
+        return self.installed is not None and self.installed.split("+")[0] == self.catalog
 
     def as_dict(self) -> dict[str, object]:
         return {
