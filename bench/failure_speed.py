@@ -95,7 +95,8 @@ def cases(tmp: Path) -> list[Case]:
     return [
         Case("truncated shard (1 of 200, 4 KiB short)",
              {**base, "LLMD_RECIPE_FILE": str(recipe(tmp, truncated))}, [], truncated, []),
-        Case("missing shard (1 of 200)", {**base, "LLMD_RECIPE_FILE": str(recipe(tmp, missing))}, [], missing, []),
+        Case("missing shard (1 of 200)",
+             {**base, "LLMD_RECIPE_FILE": str(recipe(tmp, missing))}, [], missing, []),
         Case(
             "missing drafter (HF_HUB_OFFLINE=1)",
             {**base, "HF_HUB_CACHE": str(hub), "HF_HUB_OFFLINE": "1",
