@@ -149,3 +149,16 @@ def test_a_real_installed_package_is_found(tmp_path: Path) -> None:
 def test_this_containers_memory_limit_is_read() -> None:
     limit, where = cgroup_memory_limit()
     assert limit is None or (limit > 0 and where.startswith("/sys/fs/cgroup"))
+
+
+def test_startupz_says_which_catalogue_checked_the_flags() -> None:
+    from healthchecks.state import PodHealth
+    from launcher.plan import Check, Probes
+
+    health = PodHealth(Probes(8090, ready=(Check("engine", "engine"),), started=Check("engine", "engine")))
+    assert "flag_catalog" not in health.startup()[1]
+    facts = packages.EngineFacts("/venv/bin/python", "vllm", "0.33.1", "0.32.0")
+    assert not facts.matches and packages.EngineFacts("p", "vllm", "0.32.0+cpu", "0.32.0").matches
+    health.flag_catalog = facts.as_dict()
+    body = health.startup()[1]
+    assert body["flag_catalog"]["installed_version"] == "0.33.1" and body["flag_catalog"]["matches"] is False
