@@ -79,6 +79,7 @@ class PodHealth:
         self.supervisor: ProcessTable | None = None
         self.kv_events: KvEventWatcher | None = None  # when the plan publishes KV events
         self.forward: ForwardWatcher | None = None  # when the plan watches the engine's progress
+        self.flag_catalog: dict[str, object] | None = None  # which catalogue checked the flags, vs installed
 
     # ------------------------------------------------------------------ written by the launcher
     def use_plan(self, probes: Probes) -> None:
@@ -175,6 +176,7 @@ class PodHealth:
                 "started": True,
                 "phase": self.phase,
                 "startup_seconds": round(self.started_at - self.launched_at, 3),
+                **({"flag_catalog": self.flag_catalog} if self.flag_catalog else {}),
             }
         _, detail = self.passing(self.probes.started)
         body: dict[str, Any] = {
@@ -184,6 +186,7 @@ class PodHealth:
             "phase_seconds": round(now - self.phase_at, 1),
             "waiting_for": f"{self.probes.started.name}: {detail}",
             **self.progress.as_dict(),
+            **({"flag_catalog": self.flag_catalog} if self.flag_catalog else {}),
         }
         return False, body
 

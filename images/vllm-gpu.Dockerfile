@@ -51,10 +51,20 @@ COPY --from=disagg-sidecar /app/pd-sidecar /usr/local/bin/llm-d-router-disagg-si
 # add the launcher's missing dependencies but can never upgrade or downgrade anything vLLM ships
 # (torch, pydantic, pyzmq, ...): a real conflict fails the build instead of changing the engine.
 # The wheel is bind-mounted from the builder stage, so it leaves no layer behind.
+# The recipe's flags need three packages the base does not promise (the launcher's preflight refuses
+# to start without them, README "Preflight"): --load-format fastsafetensors (vLLM's extra of that
+# name), MooncakeStoreConnector (mooncake-transfer-engine) and NixlConnector (nixl). Pinned; if the
+# base already ships one at another version, the constraints make the build fail rather than swap it.
+ARG FASTSAFETENSORS_VERSION=0.5.0
+ARG MOONCAKE_VERSION=0.3.13.post1
+ARG NIXL_VERSION=1.5.2
 RUN --mount=type=bind,from=wheel,source=/dist,target=/tmp/llm-d-launcher-dist \
     python3 -m pip list --format=freeze > /tmp/base-constraints.txt \
  && PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore \
     python3 -m pip install --no-cache-dir --constraint /tmp/base-constraints.txt /tmp/llm-d-launcher-dist/*.whl \
+      "fastsafetensors==${FASTSAFETENSORS_VERSION}" "mooncake-transfer-engine==${MOONCAKE_VERSION}" \
+      "nixl==${NIXL_VERSION}" \
+ && python3 -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in ('fastsafetensors', 'mooncake', 'nixl')))" \
  && rm -f /tmp/base-constraints.txt \
  && llm-d-launcher recipes > /dev/null \
  && test -x /usr/local/bin/llm-d-router-disagg-sidecar

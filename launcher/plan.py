@@ -9,6 +9,8 @@ from enum import Enum
 # Shown where a value is only known inside the pod (kubelet's own $(VAR) notation).
 LEADER_PLACEHOLDER = "$(LWS_LEADER_ADDRESS)"
 POD_IP_PLACEHOLDER = "$(POD_IP)"
+# The network interface that holds POD_IP: found by preflight inside the pod, filled in before spawning.
+IFNAME_PLACEHOLDER = "$(LLMD_POD_IFNAME)"
 
 
 class RoleKind(str, Enum):
@@ -141,6 +143,10 @@ class KvEventSource:
     port: int  # where it publishes on this pod (base compensated for the pod's first rank)
     replay_port: int | None  # its replay endpoint, if configured
     api_port: int  # the rank's API port: its /metrics says whether it serves requests
+    # IPv6 pod: the engine publishes on these ipc:// endpoints and the launcher relays them on
+    # dual-stack tcp://*:port and replay_port (vLLM 0.32 binds tcp://*:N IPv4-only).
+    ipc: str | None = None
+    replay_ipc: str | None = None
 
 
 @dataclass(frozen=True)
@@ -214,6 +220,58 @@ class ShutdownBudget:
 
 
 @dataclass(frozen=True)
+class DerivedEnv:
+    """An engine env value the launcher sets, and where it came from (the dry-run shows both)."""
+
+    process: str
+    name: str
+    source: str
+
+
+@dataclass(frozen=True)
+class ModuleNeed:
+    """A Python module the engine will import because of the plan, and the package that provides it."""
+
+    module: str
+    package: str
+    why: str  # the flag or connector that needs it
+
+
+@dataclass(frozen=True)
+class MemoryItem:
+    """Host memory the pod will allocate (pinned: registered for RDMA, so RLIMIT_MEMLOCK counts it)."""
+
+    what: str
+    size: int  # bytes, all processes together
+    processes: int = 1  # how many processes each hold size / processes
+    pinned: bool = False
+
+
+@dataclass(frozen=True)
+class HostNeeds:
+    """What the host the pod lands on must provide; derived from the plan, checked by preflight."""
+
+    modules: tuple[ModuleNeed, ...] = ()
+    memory: tuple[MemoryItem, ...] = ()
+    model_files: bool = False  # the engine loads a local checkpoint: check it is complete
+    drafter: str | None = None  # --speculative-config's model, which must be staged when offline
+    engine_package: str | None = None  # the distribution the flag catalogue was generated from
+    catalog_version: str | None = None
+    network: bool = False  # derive the interface that holds POD_IP
+    derived_env: tuple[DerivedEnv, ...] = ()
+    advisory: tuple[str, ...] = ()  # checks the recipe marks advisory: a warning, not a refusal
+
+    @property
+    def host_bytes(self) -> int:
+        return sum(m.size for m in self.memory)
+
+    @property
+    def pinned_per_process(self) -> int:
+        """The most any one process registers: RLIMIT_MEMLOCK is a per-process limit."""
+        return sum(m.size // m.processes for m in self.memory if m.pinned)
+
+
+@dataclass(frozen=True)
 class Plan:
     recipe: str
     role: Role
@@ -226,6 +284,7 @@ class Plan:
     model_path: str | None = None  # where the engine loads weights from: a directory or a hub id
     probes: Probes | None = None  # set by roles.build_plan for every pod
     kv_events: KvEventsWatch | None = None  # the publishers the launcher watches
+    needs: HostNeeds = field(default_factory=HostNeeds)  # what preflight checks on the host
 
     @property
     def engine(self) -> ProcessSpec:

@@ -13,9 +13,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from launcher.plan import (
+    IFNAME_PLACEHOLDER,
     Check,
     EventsFlowing,
     GroupReport,
+    HostNeeds,
     HttpCheck,
     KvEventsWatch,
     Plan,
@@ -68,7 +70,56 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "probes": None if plan.probes is None else _probes_dict(plan.probes),
         "kv_events": None if plan.kv_events is None else _kv_events_dict(plan.kv_events),
         "shutdown": _shutdown_dict(plan.shutdown),
+        "host_needs": _needs_dict(plan.needs),
     }
+
+
+def _needs_dict(needs: HostNeeds) -> dict[str, Any]:
+    """What preflight checks on the host; derived env values say where they came from."""
+    return {
+        "derived_env": [
+            {"process": d.process, "name": d.name, "source": d.source} for d in needs.derived_env
+        ],
+        "modules": [{"module": m.module, "package": m.package, "why": m.why} for m in needs.modules],
+        "memory": [
+            {"what": m.what, "bytes": m.size, "processes": m.processes, "pinned": m.pinned}
+            for m in needs.memory
+        ],
+        "checkpoint": needs.model_files,
+        "drafter": needs.drafter,
+        "flag_catalog": None
+        if needs.engine_package is None
+        else {"package": needs.engine_package, "version": needs.catalog_version},
+        "advisory": list(needs.advisory),
+    }
+
+
+def _needs_text(needs: HostNeeds) -> list[str]:
+    out = [f"  env {d.name} <- {d.source}" for d in needs.derived_env]
+    out += [f"  module {m.module} (package {m.package}) for {m.why}" for m in needs.modules]
+    if needs.memory:
+        parts = ", ".join(
+            f"{m.what} {m.size / 1024**3:.1f} GiB" + (" pinned" if m.pinned else "") for m in needs.memory
+        )
+        out.append(f"  host memory: {parts}; compared with the container's limit and RLIMIT_MEMLOCK")
+    if needs.model_files:
+        out.append(
+            "  checkpoint: config.json, tokenizer, every shard present and its safetensors header in range"
+        )
+    if needs.drafter:
+        out.append(f"  drafter {needs.drafter}: staged in HF_HUB_CACHE when HF_HUB_OFFLINE=1")
+    if needs.engine_package:
+        out.append(
+            f"  flags checked against the {needs.engine_package} {needs.catalog_version} catalogue; "
+            "the installed version is compared at run"
+        )
+    if needs.advisory:
+        out.append(f"  advisory (warn, do not refuse): {', '.join(needs.advisory)}")
+    return (
+        ["", "preflight (host checks before spawning; " + IFNAME_PLACEHOLDER + " is found in the pod):", *out]
+        if out
+        else []
+    )
 
 
 def _shutdown_dict(budget: ShutdownBudget) -> dict[str, int]:
@@ -85,7 +136,14 @@ def _shutdown_dict(budget: ShutdownBudget) -> dict[str, int]:
 def _kv_events_dict(watch: KvEventsWatch) -> dict[str, Any]:
     return {
         "sources": [
-            {"rank": s.rank, "port": s.port, "replay_port": s.replay_port, "api_port": s.api_port}
+            {
+                "rank": s.rank,
+                "port": s.port,
+                "replay_port": s.replay_port,
+                "api_port": s.api_port,
+                "ipc": s.ipc,
+                "replay_ipc": s.replay_ipc,
+            }
             for s in watch.sources
         ],
         "silence_seconds": watch.silence_seconds,
@@ -205,6 +263,7 @@ def render_text(plan: Plan, with_notes: bool = True) -> str:
         out += ["  " + line for line in f.content.splitlines()]
     for p in plan.processes:
         out += ["", *_process_text(p)]
+    out += _needs_text(plan.needs)
     out += ["", _shutdown_text(plan.shutdown)]
     if plan.probes is not None and plan.probes.peers:
         lost = plan.probes.peer_lost_seconds
@@ -221,6 +280,11 @@ def render_text(plan: Plan, with_notes: bool = True) -> str:
             for s in watch.sources
         )
         out.append(f"  KV events watched: {ranks}; silent after {watch.silence_seconds:g} s without a batch")
+        if any(s.ipc for s in watch.sources):
+            out.append(
+                "  KV events relayed (IPv6 pod): the engine publishes on ipc://, the launcher on dual-stack "
+                "tcp://*:port"
+            )
     return "\n".join(out) + "\n"
 
 
@@ -318,6 +382,8 @@ def _split_keep(text: str, marker: str) -> list[str]:
 def _sh_env(name: str, value: str, placeholders: Sequence[str]) -> str:
     if is_secret_name(name):
         return f'{name}="${{{name}:?{REDACTED}: export {name} first}}"'
+    if value == IFNAME_PLACEHOLDER:  # set only when the caller names the interface (the launcher finds it)
+        return f'${{LLMD_POD_IFNAME:+"{name}=$LLMD_POD_IFNAME"}}'
     return f"{name}={_sh_word(value, placeholders)}"
 
 

@@ -23,6 +23,7 @@ if TYPE_CHECKING:
     from healthchecks.state import PodHealth
     from launcher.config.recipe import Recipe
     from launcher.config.settings import Settings
+    from launcher.supervise.host import HostReport
     from launcher.supervise.logs import ChildOutput, Log
     from launcher.supervise.supervisor import Supervisor
 
@@ -170,6 +171,10 @@ async def _run(
 
             health.kv_events = KvEventWatcher(plan.kv_events, log)
             background.append(asyncio.create_task(health.kv_events.run()))
+            if any(s.ipc for s in plan.kv_events.sources):  # IPv6 pod: the router reaches the relay
+                from healthchecks.kvevents import KvEventRelay
+
+                background.append(asyncio.create_task(KvEventRelay(plan.kv_events, log).run()))
         if startup > 0:
             background.append(asyncio.create_task(_startup_deadline(health, startup, supervisor)))
         if plan.probes.forward is not None:
@@ -247,13 +252,14 @@ async def _prepare(
         raise ConfigError([_unknown(name) for name in plan.placeholders])
     stage[0] = "checking model, binaries, ports and files"
     health.set_phase(PREFLIGHT)
-    await run_preflight(
+    host = await run_preflight(
         plan,
         bin_path=settings.bin_path,
         runtime_dir=settings.runtime_dir,
         shm_dir=settings.shm_dir,
         log=log,
     )
+    plan = _with_host_facts(plan, host, log, health)
     log.info(
         "plan ready",
         recipe=plan.recipe,
@@ -261,6 +267,23 @@ async def _prepare(
         worker_index=plan.role.worker_index,
         processes=[p.name for p in plan.processes],
     )
+    return plan
+
+
+def _with_host_facts(plan: Plan, host: HostReport, log: Log, health: PodHealth) -> Plan:
+    """What only the pod knows: the interface that holds POD_IP, the engine version installed."""
+    from roles.needs import fill_interface
+
+    if host.ifname:
+        plan = fill_interface(plan, host.ifname)
+        derived = {d.name: d.source for d in plan.needs.derived_env}
+        env = plan.engine.env
+        log.info(
+            "network identity", interface=host.ifname, env={k: (env.get(k), v) for k, v in derived.items()}
+        )
+    if host.engine is not None:
+        health.flag_catalog = host.engine.as_dict()
+        log.info("flag catalogue", **host.engine.as_dict())
     return plan
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from launcher.config.recipe import MooncakeDonorPool, MooncakeMasterPool, Recipe, SglangPool, VllmPool
+from launcher.config.recipe import MooncakeDonorPool, MooncakeMasterPool, Pool, Recipe, SglangPool, VllmPool
 from launcher.config.settings import Settings
 from launcher.plan import Plan, ShutdownBudget
 from roles.context import BuildContext
@@ -28,7 +28,12 @@ def build_plan(settings: Settings, recipe: Recipe, group_member: int | None = No
         canary_seconds=settings.canary_seconds,
         startup_seconds=settings.startup_seconds,
     )
-    pool = derived.pool
+    from roles.needs import with_host_needs
+
+    return with_host_needs(_build(ctx, derived.pool), derived.pool, derived.role.pool, derived.pod.pod_ip)
+
+
+def _build(ctx: BuildContext, pool: Pool) -> Plan:
     if isinstance(pool, VllmPool):
         from roles.vllm import build_vllm_plan
 

@@ -6,7 +6,7 @@ import json
 import posixpath
 from typing import Any
 
-from launcher.addresses import host_port
+from launcher.addresses import host_port, is_ip
 from launcher.config.recipe import KVEventsSpec, MooncakeStoreSpec, NixlSpec
 from launcher.errors import ConfigError
 from launcher.plan import FileSpec
@@ -18,23 +18,42 @@ def kv_events_topic(pod_ip: str, api_port: int, model_name: str) -> str:
     return f"kv@{host_port(pod_ip, api_port)}@{model_name}"
 
 
-def vllm_kv_events_config(spec: KVEventsSpec, pool_name: str, start_rank: int, topic: str) -> dict[str, Any]:
+def vllm_kv_events_config(
+    spec: KVEventsSpec, pool_name: str, start_rank: int, topic: str, ipc_dir: str | None = None
+) -> dict[str, Any]:
     """vLLM's --kv-events-config. `tcp://*:PORT` makes vLLM bind (an IP would make it connect), and the
-    base is lowered by the pod's first global DP rank so local rank l publishes on port + l."""
+    base is lowered by the pod's first global DP rank so local rank l publishes on port + l.
+    ipc_dir (IPv6 pods): publish on ipc:// there; the launcher relays on dual-stack TCP."""
+    port = _compensated(spec.port, start_rank, pool_name, "port")
     config: dict[str, Any] = {
         "enable_kv_cache_events": True,
         "publisher": "zmq",
-        "endpoint": f"tcp://*:{_compensated(spec.port, start_rank, pool_name, 'port')}",
+        "endpoint": kv_events_ipc(ipc_dir, "kv-events", port) if ipc_dir else f"tcp://*:{port}",
         "topic": topic,
     }
     if spec.replay_port is not None:
         replay = _compensated(spec.replay_port, start_rank, pool_name, "replay_port")
-        config["replay_endpoint"] = f"tcp://*:{replay}"
+        config["replay_endpoint"] = (
+            kv_events_ipc(ipc_dir, "kv-replay", replay) if ipc_dir else f"tcp://*:{replay}"
+        )
     if spec.buffer_steps is not None:
         config["buffer_steps"] = spec.buffer_steps
     if spec.hwm is not None:
         config["hwm"] = spec.hwm
     return config
+
+
+def kv_events_ipc(directory: str, name: str, port: int) -> str:
+    """An ipc:// endpoint vLLM offsets per DP rank like a TCP one: vLLM 0.32.0
+    ZmqEventPublisher.offset_endpoint_port adds the rank to the number after the last colon of any
+    endpoint containing "tcp", so the path ends in `.tcp:<port>` and every rank gets its own socket."""
+    return f"ipc://{posixpath.join(directory, name)}.tcp:{port}"
+
+
+def kv_events_need_relay(pod_ip: str) -> bool:
+    """vLLM 0.32.0 binds tcp://*:N without zmq.IPV6 (vllm/distributed/kv_events.py `_bind` sets it only
+    for tcp://*:0), so it listens on IPv4 alone: an IPv6 pod's router could never subscribe."""
+    return is_ip(pod_ip) and ":" in pod_ip
 
 
 def _compensated(port: int, start_rank: int, pool_name: str, field: str) -> int:

@@ -22,7 +22,14 @@ from launcher.plan import (
 )
 from roles import topology
 from roles.args import Arg, arg, args_from, flatten, to_json
-from roles.connectors import kv_events_topic, mooncake_store_file, nixl_env, vllm_kv_events_config
+from roles.connectors import (
+    kv_events_ipc,
+    kv_events_need_relay,
+    kv_events_topic,
+    mooncake_store_file,
+    nixl_env,
+    vllm_kv_events_config,
+)
 from roles.context import BuildContext, owned_flags
 
 VLLM = ["vllm", "serve"]
@@ -96,7 +103,7 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
         topic = kv_events_topic(ctx.pod.pod_ip, pool.port, model.name)
         args += arg(
             "kv-events-config",
-            to_json(vllm_kv_events_config(pool.kv_events, ctx.pool_name, start_rank, topic)),
+            to_json(vllm_kv_events_config(pool.kv_events, ctx.pool_name, start_rank, topic, _ipc_dir(ctx))),
         )
     argv, notes = ctx.command([*VLLM, model.path], args, _OWNED, VLLM_CATALOG)
 
@@ -166,10 +173,16 @@ def _kv_events_watch(pool: VllmPool, ctx: BuildContext) -> KvEventsWatch | None:
     replays = topology.local_rank_ports(spec.replay_port, local) if spec.replay_port else [None] * local
     # Behind the DP supervisor each rank serves its own port; otherwise one API server serves them all.
     apis = topology.local_rank_ports(pool.port, local) if pool.supervisor_port else [pool.port] * local
+    ipc = _ipc_dir(ctx)
     sources = tuple(
         KvEventSource(rank, port, replay, api)
+        if ipc is None
+        else KvEventSource(
+            rank, port, replay, api, kv_events_ipc(ipc, "kv-events", port),
+            kv_events_ipc(ipc, "kv-replay", replay) if replay else None,
+        )
         for rank, port, replay, api in zip(ranks, ports, replays, apis, strict=True)
-    )
+    )  # fmt: skip
     router = pool.router
     return KvEventsWatch(
         sources,
@@ -178,6 +191,11 @@ def _kv_events_watch(pool: VllmPool, ctx: BuildContext) -> KvEventsWatch | None:
         block_size=router.block_size_tokens if router else None,
         block_size_readiness=router is not None and router.readiness,
     )
+
+
+def _ipc_dir(ctx: BuildContext) -> str | None:
+    """IPv6 pods publish KV events on ipc:// for the launcher to relay (roles/connectors.py)."""
+    return ctx.runtime_dir if kv_events_need_relay(ctx.pod.pod_ip) else None
 
 
 def _topology_args(pool: VllmPool, ctx: BuildContext) -> list[Arg]:

@@ -142,13 +142,6 @@ _UNITS = {"gib": 1 << 30, "gi": 1 << 30, "gb": 1 << 30, "mib": 1 << 20, "mi": 1 
 Size = Annotated[int, BeforeValidator(parse_size)]
 
 
-class HostMemory(_Data):
-    """Host memory one pod needs besides what roles/memory.py derives (the Mooncake segments)."""
-
-    overhead: Size = Field(description="The process(es) themselves: runtime, pinned buffers, loading.")
-    shm: Size = Field(0, description="/dev/shm (a memory-backed emptyDir, charged to the pod).")
-
-
 class RouterSpec(_Data):
     """What the llm-d router in front of this pool expects of it (its Helm values). Checked when the
     recipe loads (ports, hash seed, block size flags) and at run time (the block_size of the engine's
@@ -181,6 +174,23 @@ class MooncakeStoreSpec(_Data):
         return value
 
 
+PreflightCheck = Literal["network", "memory", "memlock", "checkpoint", "drafter", "packages"]
+
+
+class HostSpec(_Data):
+    """What the preflight checks on the host a pod lands on (README "Preflight")."""
+
+    engine_memory: Size | None = Field(
+        None,
+        description="Host RAM the processes need besides the Mooncake segments (e.g. 96GiB): the "
+        "memory preflight and the manifests' memory limits count it.",
+    )
+    shm: Size = Field(0, description="/dev/shm (a memory-backed emptyDir, charged to the pod).")
+    advisory: list[PreflightCheck] = Field(
+        [], description="Checks that only warn (log and plan) instead of refusing to start."
+    )
+
+
 class RenderSidecar(_Data):
     """`vllm launch render` beside the serving node (token producer for the router)."""
 
@@ -204,10 +214,10 @@ class _EnginePool(_Data):
     model: ModelSpec | None = None
     args: Args = {}
     env: EnvMap = {}
-    memory: HostMemory | None = None
     router: RouterSpec | None = None
 
     tensor_parallel: Count | None = None
+    host: HostSpec = Field(default_factory=HostSpec)
 
     @property
     def local_ranks(self) -> int:
@@ -291,7 +301,7 @@ class MooncakeMasterPool(_ServicePool):
     http_metadata_port: Port | None = None
     args: Args = {}
     env: EnvMap = {}
-    memory: HostMemory | None = None
+    host: HostSpec = Field(default_factory=HostSpec)
 
 
 class MooncakeDonorPool(_ServicePool):
@@ -306,7 +316,7 @@ class MooncakeDonorPool(_ServicePool):
     http_port: Port = 9300
     args: Args = {}
     env: EnvMap = {}
-    memory: HostMemory | None = None
+    host: HostSpec = Field(default_factory=HostSpec)
 
     @field_validator("global_segment_size")
     @classmethod

@@ -14,11 +14,14 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from launcher.errors import ConfigError, Problem
 from launcher.plan import Plan
 from launcher.supervise.logs import Log
+
+if TYPE_CHECKING:
+    from launcher.supervise.host import HostReport
 
 T = TypeVar("T")
 CHECK_TIMEOUT = 20.0  # seconds any one local check may take
@@ -249,13 +252,20 @@ async def _bounded(what: str, fn: Callable[..., T], *args: Any) -> T:
         ) from None
 
 
-async def run_preflight(plan: Plan, *, bin_path: str, runtime_dir: str, shm_dir: str, log: Log) -> None:
-    """All local checks; every problem found is reported at once."""
+async def run_preflight(plan: Plan, *, bin_path: str, runtime_dir: str, shm_dir: str, log: Log) -> HostReport:
+    """All local checks; every problem found is reported at once. Returns what the host checks found
+    (the interface that holds POD_IP, the installed engine) for run to fill in."""
+    from launcher.supervise.host import check_host
+
     problems: list[Problem] = []
     problems += await _bounded("model path", check_model, plan)
     problems += await _bounded("binaries", check_binaries, plan, bin_path)
     problems += await _bounded("runtime directory", check_runtime_dir, plan, runtime_dir)
     problems += await _bounded("ports", check_ports_free, plan)
+    host = await _bounded("host", check_host, plan, bin_path)
+    for warning in host.warnings:
+        log.warning("preflight warning", problem=str(warning))
+    problems += host.problems
     if problems:
         raise ConfigError(problems)
     if shm_dir:
@@ -263,3 +273,4 @@ async def run_preflight(plan: Plan, *, bin_path: str, runtime_dir: str, shm_dir:
         log.info(
             "removed stale shared-memory files", directory=shm_dir, count=len(removed), files=removed[:20]
         )
+    return host

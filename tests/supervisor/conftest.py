@@ -17,6 +17,7 @@ def write_recipe(workdir: Path, *, port: int, render_port: int | None, nodes: in
     model = workdir / "model"
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text("{}")
+    (model / "tokenizer.json").write_text("{}")
     render = f"    render: {{port: {render_port}}}\n" if render_port else ""
     recipe = workdir / "recipe.yaml"
     recipe.write_text(

@@ -28,6 +28,7 @@ def _decode_pod(tmp_path: Path, env: dict[str, str]) -> LauncherPod:
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
+    (model / "tokenizer.json").write_text("{}")
     engine, supervisor, sidecar = free_port(), free_port(), free_port()
     while {engine + 1, sidecar + 1} & {supervisor, sidecar, engine}:  # rank 1 takes the next port
         engine, supervisor, sidecar = free_port(), free_port(), free_port()

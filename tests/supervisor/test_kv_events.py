@@ -27,6 +27,7 @@ def kv_pod(
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
+    (model / "tokenizer.json").write_text("{}")
     port, kv, replay = free_port(), free_port(), free_port()
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(

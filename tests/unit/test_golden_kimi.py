@@ -37,6 +37,14 @@ STORE = {
 HF_ENV = {"HF_HUB_CACHE": "/models/hf-cache/hub", "HF_HUB_OFFLINE": "1"}
 
 
+def network_env(pod_ip: str, host_ip_var: str = "VLLM_HOST_IP") -> dict[str, str]:
+    """The interface that holds POD_IP is found in the pod (preflight); the dry-run shows its placeholder."""
+    return {"GLOO_SOCKET_IFNAME": IFNAME, "NCCL_SOCKET_IFNAME": IFNAME, host_ip_var: pod_ip}
+
+
+IFNAME = "$(LLMD_POD_IFNAME)"
+
+
 def j(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"))
 
@@ -97,6 +105,7 @@ def prefill_env(pod_ip: str) -> dict[str, str]:
         "VLLM_NIXL_SIDE_CHANNEL_HOST": pod_ip,
         "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600",
         "MOONCAKE_CONFIG_PATH": STORE_FILE,
+        **network_env(pod_ip),
     }
 
 
@@ -131,7 +140,9 @@ def test_prefill_leader(plan_json: Any) -> None:
     assert engine["health"] == {"port": 8000, "path": "/health"}
     # The launcher watches the leader's publisher (the headless node runs no scheduler).
     assert plan["kv_events"] == {
-        "sources": [{"rank": 0, "port": 5557, "replay_port": 5567, "api_port": 8000}],
+        "sources": [
+            {"rank": 0, "port": 5557, "replay_port": 5567, "api_port": 8000, "ipc": None, "replay_ipc": None}
+        ],
         "silence_seconds": 60.0,
         "readiness": False,
         "block_size": 2048,  # the router's blockSizeTokens, compared with the events' block_size
@@ -197,6 +208,7 @@ def test_decode(plan_json: Any, index: int) -> None:
         "VLLM_NIXL_SIDE_CHANNEL_HOST": pod_ip,
         "VLLM_NIXL_SIDE_CHANNEL_PORT": "5600",
         "MOONCAKE_CONFIG_PATH": STORE_FILE,
+        **network_env(pod_ip),
     }
     engine_ports = {p["port"] for p in procs["engine"]["ports"]}
     assert {8200, 8201, 8202, 8203, 8208} <= engine_ports
@@ -228,7 +240,7 @@ def test_tpu(plan_json: Any, index: int) -> None:
         "--kv-cache-dtype", "fp8_e4m3", "--enable-hierarchical-cache", "--hicache-ratio", "2",
         "--grammar-backend", "none", "--tool-call-parser", "kimi_k3", "--reasoning-parser", "kimi_k3",
     ]  # fmt: skip
-    assert engine["env"] == HF_ENV
+    assert engine["env"] == {**HF_ENV, **network_env(f"10.64.3.{index}", "SGLANG_HOST_IP")}
     assert engine["health"] == ({"port": 30000, "path": "/health"} if index == 0 else None)
     assert plan["files"] == []
 

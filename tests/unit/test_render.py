@@ -121,6 +121,7 @@ def test_json_schema_is_stable(plan_json: Any) -> None:
         "probes",
         "kv_events",
         "shutdown",
+        "host_needs",
     ]
     assert list(plan["role"]) == [
         "name",
@@ -255,5 +256,7 @@ def test_readme_json_schema_matches_plan_to_dict(plan_json: Any) -> None:
         *probes, *probes["ready"][0], *probes["ready"][0]["http"], *worker, *worker["tcp"],
         *watch, *watch["sources"][0], *plan["shutdown"], *probes["peers"][0],
         *probes["forward"], *probes["forward"]["sources"][0],
+        *(needs := plan["host_needs"]), *needs["derived_env"][0], *needs["modules"][0],
+        *needs["memory"][0], *needs["flag_catalog"],
     }  # fmt: skip
     assert documented == actual

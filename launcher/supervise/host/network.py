@@ -1,0 +1,94 @@
+"""Which interface holds POD_IP, and does the route to the leader leave through it? gloo and NCCL pick
+an interface themselves and, with eth0 plus 8 RDMA NICs (GKE DRANET on GB300), pick wrong
+(aws-samples/aws-do-eks #50/#51, vLLM #7074, SGLang #3226)."""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+
+from launcher.errors import Problem
+from launcher.plan import IFNAME_PLACEHOLDER, Plan
+
+FIX = (
+    "give the container POD_IP from fieldRef status.podIP, or set GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME "
+    "and VLLM_HOST_IP (SGLANG_HOST_IP) in the recipe env"
+)
+_HOST_IP_VARS = ("VLLM_HOST_IP", "SGLANG_HOST_IP")
+
+
+def interfaces() -> dict[str, list[str]]:
+    """Interface -> its IP addresses (IPv6 zone ids dropped)."""
+    import psutil
+
+    out: dict[str, list[str]] = {}
+    for name, addrs in psutil.net_if_addrs().items():
+        for addr in addrs:
+            if addr.family in (socket.AF_INET, socket.AF_INET6):
+                out.setdefault(name, []).append(addr.address.split("%", 1)[0])
+    return out
+
+
+def interface_of(ip: str, table: dict[str, list[str]]) -> str | None:
+    wanted = ipaddress.ip_address(ip)
+    for name, addrs in table.items():
+        if any(ipaddress.ip_address(a) == wanted for a in addrs):
+            return name
+    return None
+
+
+def route_source(dest: str) -> str | None:
+    """The source address the kernel picks to reach dest (a UDP connect sends nothing)."""
+    family = socket.AF_INET6 if ":" in dest else socket.AF_INET
+    try:
+        with socket.socket(family, socket.SOCK_DGRAM) as sock:
+            sock.connect((dest, 9))
+            return str(sock.getsockname()[0]).split("%", 1)[0]
+    except OSError:
+        return None
+
+
+def check_network(plan: Plan) -> tuple[str | None, list[Problem]]:
+    env = plan.engine.env
+    ip = next((env[v] for v in _HOST_IP_VARS if v in env), None)
+    table = interfaces()
+    shown = "; ".join(f"{n} {' '.join(a)}" for n, a in table.items())[:300]
+    problems = []
+    for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+        value = env.get(var, IFNAME_PLACEHOLDER)
+        # NCCL takes prefixes and ^exclusions; only a plain single name can be checked here.
+        if value != IFNAME_PLACEHOLDER and value.isidentifier() and value not in table:
+            problems.append(
+                Problem(var, f"names interface {value}, which this pod does not have ({shown})", FIX)
+            )
+    try:
+        ipaddress.ip_address(ip or "")
+    except ValueError:
+        return None, problems  # no IP to locate (a placeholder left would have been refused earlier)
+    assert ip is not None
+    ifname = interface_of(ip, table)
+    if ifname is None:
+        problems.append(Problem("POD_IP", f"{ip} is on none of this pod's interfaces ({shown})", FIX))
+        return None, problems
+    leader = plan.role.leader_address
+    if leader and plan.role.group_size > 1 and plan.role.worker_index != 0:
+        try:
+            ipaddress.ip_address(leader)
+        except ValueError:
+            return ifname, problems
+        source = route_source(leader)
+        via = interface_of(source, table) if source else None
+        if via is None:
+            problems.append(Problem("LWS_LEADER_ADDRESS", f"no route to the leader {leader}", FIX))
+        elif via != ifname and via != "lo":
+            problems.append(
+                Problem(
+                    "LWS_LEADER_ADDRESS",
+                    f"the route to the leader {leader} leaves through {via} ({source}), but POD_IP {ip} is "
+                    f"on "
+                    f"{ifname}: gloo and NCCL would bind one interface and be reached on another",
+                    "fix the pod's routes (the leader's pod IP must be reachable through the POD_IP "
+                    "interface), or set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME in the recipe env",
+                )
+            )
+    return ifname, problems
