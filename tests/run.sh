@@ -48,7 +48,12 @@ step "engine tier (in a private network namespace: tests/engines/private_network
 command -v ip >/dev/null || { export DEBIAN_FRONTEND=noninteractive; apt-get update -qq >/dev/null; \
   apt-get install -y -qq --no-install-recommends iproute2 >/dev/null; }
 unshare -rn bash tests/engines/private_network.sh \
-  .venv/bin/python -m pytest tests/engines -q -m engines -p no:cacheprovider
+  .venv/bin/python -m pytest tests/engines -q -m engines -p no:cacheprovider \
+  --deselect tests/engines/test_ipv6_kv_events.py
+
+step "engine tier, IPv6-only pod network (tests/engines/ipv6_network.sh)"
+unshare -rn bash tests/engines/ipv6_network.sh \
+  .venv/bin/python -m pytest tests/engines/test_ipv6_kv_events.py -q -m engines -p no:cacheprovider
 
 step "group tier (whole LWS groups in namespaces: llm-d-launcher local-group, under unshare -rnm)"
 # Every pod gets its own network, UTS and mount namespace inside the test run's own user + network +
