@@ -28,12 +28,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def tagged(tag: str) -> list[psutil.Process]:
-    """Live processes (not zombies) whose environment carries this run's tag."""
+def tagged(tag: str, key: str = RUN_TAG) -> list[psutil.Process]:
+    """Live processes (not zombies) whose environment carries this run's tag under `key`."""
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.environ().get(RUN_TAG) == tag and proc.status() != psutil.STATUS_ZOMBIE:
+            if proc.environ().get(key) == tag and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
         except psutil.Error:
             continue

@@ -24,6 +24,7 @@ import pytest
 from launcher.localgroup.group import TAG
 from tests.engines.conftest import build_tiny_model
 from tests.engines.engine_venvs import VENVS, engine_env
+from tests.pods import tagged
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -162,14 +163,8 @@ class GroupRun:
 
 
 def leftovers(tag: str) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get(TAG) == tag and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
+    """What a group run left behind: every pod's env carries the runner's tag."""
+    return tagged(tag, TAG)
 
 
 @pytest.fixture

@@ -5,7 +5,6 @@ or error is a stall naming the server; the verdict shows on /livez."""
 from __future__ import annotations
 
 import asyncio
-import socket
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,19 +14,9 @@ from healthchecks.forward import ForwardWatcher, token_sum
 from healthchecks.state import PodHealth
 from launcher.plan import Check, Probes, ProgressSource, ProgressWatch
 from launcher.supervise.outcome import RUNNING
+from tests.unit.loopback import QuietLog, free_port
 
 COUNTERS = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total")
-
-
-class Quiet:
-    def __getattr__(self, _name: str) -> Any:
-        return lambda *args, **kwargs: None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass
@@ -75,11 +64,11 @@ def _run(engine: FakeEngine, seconds: float, port: int | None = None, **kw: floa
     """Watch for `seconds` (or until a stall): the verdicts and when the first came."""
 
     async def scenario() -> tuple[list[str], float]:
-        real = _free_port()
+        real = free_port()
         runner = await _serve(engine, real)
         verdicts: list[str] = []
         watcher = ForwardWatcher(
-            _watch(port or real, **kw), lambda: True, 0.05, 0.5, verdicts.append, Quiet()
+            _watch(port or real, **kw), lambda: True, 0.05, 0.5, verdicts.append, QuietLog()
         )
         began = asyncio.get_running_loop().time()
         task = asyncio.create_task(watcher.run())
@@ -139,14 +128,14 @@ def test_a_canary_refused_with_an_error_status_is_a_stall() -> None:
 
 
 def test_an_api_server_that_stops_answering_is_a_stall() -> None:
-    verdicts, _ = _run(FakeEngine(), 5, port=_free_port())  # nothing listens there
+    verdicts, _ = _run(FakeEngine(), 5, port=free_port())  # nothing listens there
     assert len(verdicts) == 1 and "Connect" in verdicts[0] and "/metrics: GET /metrics" in verdicts[0]
 
 
 def test_nothing_is_judged_before_start_up_ended() -> None:
     async def scenario() -> list[str]:
         verdicts: list[str] = []
-        watcher = ForwardWatcher(_watch(_free_port()), lambda: False, 0.05, 0.5, verdicts.append, Quiet())
+        watcher = ForwardWatcher(_watch(free_port()), lambda: False, 0.05, 0.5, verdicts.append, QuietLog())
         task = asyncio.create_task(watcher.run())
         await asyncio.sleep(1)
         task.cancel()
@@ -158,7 +147,7 @@ def test_nothing_is_judged_before_start_up_ended() -> None:
 def test_livez_tells_the_stall_with_the_rank_and_the_canarys_outcome() -> None:
     health = PodHealth(Probes(8090, ready=(), started=Check("engine", "engine")))
     health.attach(NoProcesses())
-    watcher = ForwardWatcher(_watch(8000), lambda: True, 1, 1, lambda _: None, Quiet())
+    watcher = ForwardWatcher(_watch(8000), lambda: True, 1, 1, lambda _: None, QuietLog())
     health.forward = watcher
     live, body = health.liveness()
     assert live and body == {"live": True, "phase": "starting processes"}

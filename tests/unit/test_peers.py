@@ -4,24 +4,12 @@ then stops is lost after `peer_lost_seconds`; one that never answered, or comes 
 from __future__ import annotations
 
 import asyncio
-import socket
-from typing import Any
 
 from aiohttp import web
 
 from healthchecks.peers import PeerWatcher
 from launcher.plan import Check, Peer, Probes
-
-
-class Quiet:
-    def __getattr__(self, _name: str) -> Any:
-        return lambda *args, **kwargs: None
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from tests.unit.loopback import QuietLog, free_port
 
 
 async def _serve(port: int, status: list[int]) -> web.AppRunner:
@@ -41,12 +29,12 @@ def _watcher(port: int, lost: list[str], lost_after: float = 0.3) -> PeerWatcher
         8090, ready=(), started=Check("e", "e"), peers=(Peer("worker 1", "127.0.0.1", port),),
         peer_lost_seconds=lost_after,
     )  # fmt: skip
-    return PeerWatcher(probes, interval=0.05, timeout=0.5, on_lost=lost.append, log=Quiet())
+    return PeerWatcher(probes, interval=0.05, timeout=0.5, on_lost=lost.append, log=QuietLog())
 
 
 def test_a_peer_that_answered_and_went_away_is_lost() -> None:
     async def scenario() -> tuple[list[str], float]:
-        port, lost = _free_port(), list[str]()
+        port, lost = free_port(), list[str]()
         runner = await _serve(port, [200])
         task = asyncio.create_task(_watcher(port, lost).run())
         await asyncio.sleep(0.3)
@@ -63,7 +51,7 @@ def test_a_peer_that_answered_and_went_away_is_lost() -> None:
 
 def test_a_peer_answering_503_is_lost_too() -> None:
     async def scenario() -> list[str]:
-        port, lost, status = _free_port(), list[str](), [200]
+        port, lost, status = free_port(), list[str](), [200]
         runner = await _serve(port, status)
         task = asyncio.create_task(_watcher(port, lost).run())
         await asyncio.sleep(0.2)
@@ -77,9 +65,9 @@ def test_a_peer_answering_503_is_lost_too() -> None:
 
 def test_a_peer_never_seen_or_back_in_time_is_not_lost() -> None:
     async def scenario() -> tuple[list[str], list[str]]:
-        never_port, never_lost = _free_port(), list[str]()
+        never_port, never_lost = free_port(), list[str]()
         never = asyncio.create_task(_watcher(never_port, never_lost).run())  # still starting
-        port, lost, status = _free_port(), list[str](), [200]
+        port, lost, status = free_port(), list[str](), [200]
         runner = await _serve(port, status)
         blip = asyncio.create_task(_watcher(port, lost, lost_after=0.5).run())
         await asyncio.sleep(0.2)
