@@ -70,7 +70,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
     }
 
 
-def _shutdown_dict(budget: ShutdownBudget) -> dict[str, int]:
+def _shutdown_dict(budget: ShutdownBudget) -> dict[str, float]:
     """Seconds after SIGTERM reaches the launcher."""
     return {
         "grace": budget.grace,
