@@ -67,9 +67,10 @@ def _supervise(settings: Settings, recipe: Recipe, plan: Plan, scrub: Scrubber) 
     from launcher.supervise.logs import ChildOutput, configure, wants_json
 
     as_json = wants_json(settings.log_format)
-    log = configure(as_json, scrub)
+    output = ChildOutput(as_json, scrub)
+    log = configure(as_json, scrub, output.stderr)
     try:
-        outcome = asyncio.run(_run(settings, recipe, plan, log, ChildOutput(as_json, scrub)))
+        outcome = asyncio.run(_run(settings, recipe, plan, log, output))
     except ConfigError as exc:
         log.error("preflight failed", problems=[str(p) for p in exc.problems])
         raise
@@ -94,6 +95,7 @@ async def _run(settings: Settings, recipe: Recipe, plan: Plan, log: Log, output:
     from launcher.supervise.supervisor import Event, SignalReceived, Supervisor, SupervisorConfig
 
     loop = asyncio.get_running_loop()
+    output.attach(loop)  # from now on a stalled log reader cannot block the loop
     events: asyncio.Queue[Event] = asyncio.Queue()
     for sig in early.STOP:
         loop.add_signal_handler(sig, events.put_nowait, SignalReceived(sig))
@@ -171,6 +173,7 @@ async def _run(settings: Settings, recipe: Recipe, plan: Plan, log: Log, output:
                     await task
     finally:
         await server.stop()
+        output.detach()
 
 
 def _ignored(log: Log, signum: int) -> None:

@@ -336,6 +336,7 @@ class Supervisor:
             await self._stop_everything(requested)
         except Exception as exc:  # never leave run() waiting on an event that will not come
             self.log.error("shutdown failed; killing every process", error=repr(exc))
+            self._kill_all(signal.SIGSTOP)
             self._kill_all(signal.SIGKILL)
         finally:
             self.events.put_nowait(ShutdownDone())
@@ -368,8 +369,16 @@ class Supervisor:
                 pids=self._descendants(),
                 processes=[s.name for s in self.processes if s.running],
             )
+            await self._sweep(self.clock() + max(0.5, budget.kill_margin - 0.5))
+
+    async def _sweep(self, deadline: float) -> None:
+        """SIGKILL until nothing of ours is left: each round freezes every descendant first (SIGSTOP),
+        so none can fork a replacement between the listing and its kill (a re-spawning daemon)."""
+        while True:
+            self._kill_all(signal.SIGSTOP)
             self._kill_all(signal.SIGKILL)
-            await self._wait_quiet(self.clock() + max(0.5, budget.kill_margin - 0.5))
+            if await self._wait_quiet(min(deadline, self.clock() + 0.05)) or self.clock() >= deadline:
+                return
 
     async def _wait_quiet(self, deadline: float) -> bool:
         """Until every process of the plan and every descendant (orphans included) has exited."""
