@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -78,14 +77,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _without_values(message: str) -> str:
-    """argparse's message with the values taken out: unknown arguments by option name only, a quoted
-    value replaced (the choices argparse offers are kept)."""
+    """argparse's message on one line, unknown arguments by option name only (a mistyped flag may
+    carry a token); a wrong value of a known option is shown, as the person needs to see it."""
     head, sep, rest = message.partition("unrecognized arguments: ")
     if sep:
         names = [t.split("=", 1)[0] for t in rest.split() if t.startswith("-")]
         return f"{head}unrecognized arguments: {' '.join(names) or REDACTED} (values not shown)"
-    said, sep, choices = message.partition("(choose from")
-    return " ".join(re.sub(r"'[^']*'", REDACTED, said).split()) + (f" {sep}{choices}" if sep else "")
+    return " ".join(message.split())
 
 
 def _parser() -> argparse.ArgumentParser:
