@@ -46,7 +46,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         """One line, exit 2, and no value echoed: a mistyped flag may carry a token."""
-        self.exit(2, f"{self.prog}: error: {_without_values(message)}; see {self.prog} --help\n")
+        self.exit(2, f"llm-d-launcher: error: {_without_values(message)}; see {self.prog} --help\n")
 
     def parse_known_args(self, *args: Any, **kwargs: Any) -> Any:
         self._add_setting_flags()
