@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NoReturn
 
+import launcher.early  # noqa: F401 - first: `run`'s signal handlers before any heavy import
 from launcher.config.defaults import PROBE_PORT
 from launcher.errors import ConfigError, Problem
-from launcher.redact import is_secret_name
+from launcher.redact import REDACTED, Scrubber, is_secret_name, secret_values
 
 _SETTINGS = "settings (CLI flags override env; env overrides the recipe's `launcher:` section):"
 _EXITS = """\
@@ -42,6 +44,10 @@ class _Parser(argparse.ArgumentParser):
         self._settings_for = settings_for  # None, "root", "plan" or "run"
         self._flags_added = False
 
+    def error(self, message: str) -> NoReturn:
+        """One line, exit 2, and no value echoed: a mistyped flag may carry a token."""
+        self.exit(2, f"llm-d-launcher: error: {_without_values(message)}; see {self.prog} --help\n")
+
     def parse_known_args(self, *args: Any, **kwargs: Any) -> Any:
         self._add_setting_flags()
         return super().parse_known_args(*args, **kwargs)
@@ -68,6 +74,16 @@ class _Parser(argparse.ArgumentParser):
                 action="append" if repeated else "store",
                 help=f"{env_name(field)} (repeatable)" if repeated else env_name(field),
             )
+
+
+def _without_values(message: str) -> str:
+    """argparse's message on one line, unknown arguments by option name only (a mistyped flag may
+    carry a token); a wrong value of a known option is shown, as the person needs to see it."""
+    head, sep, rest = message.partition("unrecognized arguments: ")
+    if sep:
+        names = [t.split("=", 1)[0] for t in rest.split() if t.startswith("-")]
+        return f"{head}unrecognized arguments: {' '.join(names) or REDACTED} (values not shown)"
+    return " ".join(message.split())
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -214,8 +230,6 @@ def _cmd_recipes() -> int:
 def _exit_now(code: int) -> None:
     """Skip the interpreter's teardown (tens of ms of module clean-up on the path from engine death
     to pod exit): PID 1 has nothing left to clean."""
-    import os
-
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
@@ -247,8 +261,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return 2
     except ConfigError as exc:
+        scrub = Scrubber(secret_values(os.environ))  # a secret's value may sit in any setting
         for problem in exc.problems:
-            print(f"llm-d-launcher: error: {problem}", file=sys.stderr)
+            print(scrub(problem.line()), file=sys.stderr)
         return exc.exit_code
 
 

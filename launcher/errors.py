@@ -16,6 +16,11 @@ class Problem:
     def __str__(self) -> str:
         return f"{self.setting}: {self.message}; {self.fix}"
 
+    def line(self) -> str:
+        """As printed: one line, even when a value in it holds a newline or carriage return."""
+        text = str(self).replace("\r", "\\r").replace("\n", "\\n")
+        return f"llm-d-launcher: error: {text}"
+
 
 class ConfigError(Exception):
     """Bad input: reported as one line per problem with exit code 2, before anything is spawned."""

@@ -191,32 +191,34 @@ class ShutdownBudget:
     """
 
     grace: int  # seconds from SIGTERM until the kubelet SIGKILLs the pod
-    kill_margin: int  # SIGKILL this long before the kubelet would, so exit codes and logs are ours
-    sidecar_window: int  # time the sidecars get after the engine
+    kill_margin: float  # SIGKILL this long before the kubelet would, so exit codes and logs are ours
+    sidecar_window: float  # time the sidecars get after the engine
     teardown: int  # engine time after its drain (vLLM's DP supervisor waits drain + 5 s)
     deregister: int = 0  # not ready, still serving, before the engine is signalled
 
     @classmethod
     def from_grace(cls, grace: int, deregister: int = 0) -> ShutdownBudget:
-        kill_margin = min(5, max(1, grace // 10))
-        sidecar_window = min(5, grace // 6)
-        engine_window = max(0, grace - kill_margin - sidecar_window)
-        budget = cls(grace, kill_margin, sidecar_window, min(5, engine_window // 4))
+        if grace < 10:  # whole seconds would leave the engine nothing: a tenth each, 80 % to the engine
+            kill_margin = sidecar_window = round(grace / 10, 3)
+        else:
+            kill_margin, sidecar_window = min(5, grace // 10), min(5, grace // 6)
+        engine_window = max(0.0, grace - kill_margin - sidecar_window)
+        budget = cls(grace, kill_margin, sidecar_window, int(min(5, engine_window // 4)))
         # Never more than a sixth of the grace period: a short grace keeps most of it for the drain.
         return replace(budget, deregister=max(0, min(deregister, grace // 6)))
 
     @property
-    def kill_at(self) -> int:
-        return max(0, self.grace - self.kill_margin)
+    def kill_at(self) -> float:
+        return max(0, round(self.grace - self.kill_margin, 3))
 
     @property
-    def engine_deadline(self) -> int:
-        return max(0, self.kill_at - self.sidecar_window)
+    def engine_deadline(self) -> float:
+        return max(0, round(self.kill_at - self.sidecar_window, 3))
 
     @property
     def drain(self) -> int:
-        """The engine's --shutdown-timeout: how long it may finish in-flight requests."""
-        return max(0, self.engine_deadline - self.teardown - self.deregister)
+        """The engine's --shutdown-timeout (whole seconds): how long it may finish in-flight requests."""
+        return max(0, int(self.engine_deadline - self.teardown - self.deregister))
 
 
 @dataclass(frozen=True)

@@ -122,7 +122,7 @@ def _needs_text(needs: HostNeeds) -> list[str]:
     )
 
 
-def _shutdown_dict(budget: ShutdownBudget) -> dict[str, int]:
+def _shutdown_dict(budget: ShutdownBudget) -> dict[str, float]:
     """Seconds after SIGTERM reaches the launcher."""
     return {
         "grace": budget.grace,

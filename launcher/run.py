@@ -12,6 +12,7 @@ import sys
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from launcher import early
 from launcher.addresses import is_ip
 from launcher.config.defaults import TERMINATION_LOG
 from launcher.errors import ConfigError, Problem
@@ -29,7 +30,7 @@ if TYPE_CHECKING:
 
 
 def run(cli_settings: dict[str, Any]) -> int:
-    early_signals = _record_signals()  # PID 1 ignores an unhandled SIGTERM: never lose one
+    early.install()  # already done by the entry point's first lines; again for in-process callers
     scrub = Scrubber(secret_values(os.environ))
     termination_log = os.environ.get("LLMD_TERMINATION_LOG", TERMINATION_LOG)  # until the settings are valid
     try:
@@ -47,10 +48,10 @@ def run(cli_settings: dict[str, Any]) -> int:
         scrub = Scrubber(
             secret_values({**os.environ, **{k: v for p in plan.processes for k, v in p.env.items()}})
         )
-        outcome = _supervise(settings, recipe, plan, scrub, early_signals)
+        outcome = _supervise(settings, recipe, plan, scrub)
     except ConfigError as exc:
         for problem in exc.problems:
-            print(scrub(f"llm-d-launcher: error: {problem}"), file=sys.stderr, flush=True)
+            print(scrub(problem.line()), file=sys.stderr, flush=True)
         outcome = Outcome(exc.exit_code, "; ".join(str(p) for p in exc.problems))
     except Exception as exc:  # a bug or an environment failure, not a user mistake: say so, exit 1
         import traceback
@@ -62,29 +63,21 @@ def run(cli_settings: dict[str, Any]) -> int:
     return outcome.exit_code
 
 
-def _record_signals() -> list[int]:
-    import signal
-
-    received: list[int] = []
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda signum, _frame: received.append(signum))
-    return received
-
-
-def _supervise(
-    settings: Settings, recipe: Recipe, plan: Plan, scrub: Scrubber, early_signals: list[int]
-) -> Outcome:
+def _supervise(settings: Settings, recipe: Recipe, plan: Plan, scrub: Scrubber) -> Outcome:
     import asyncio
 
     from launcher.supervise.logs import ChildOutput, configure, wants_json
 
     as_json = wants_json(settings.log_format)
-    log = configure(as_json, scrub)
+    output = ChildOutput(as_json, scrub)
+    log = configure(as_json, scrub, output.stderr)
     try:
-        outcome = asyncio.run(_run(settings, recipe, plan, log, ChildOutput(as_json, scrub), early_signals))
+        outcome = asyncio.run(_run(settings, recipe, plan, log, output))
     except ConfigError as exc:
         log.error("preflight failed", problems=[str(p) for p in exc.problems])
         raise
+    finally:
+        early.install()  # closing the loop reset its handlers: the last lines must not die of a signal
     if outcome.exit_code != 0:
         log.error("exiting", code=outcome.exit_code, reason=outcome.reason)
     else:
@@ -92,13 +85,10 @@ def _supervise(
     return outcome
 
 
-async def _run(
-    settings: Settings, recipe: Recipe, plan: Plan, log: Log, output: ChildOutput, early_signals: list[int]
-) -> Outcome:
+async def _run(settings: Settings, recipe: Recipe, plan: Plan, log: Log, output: ChildOutput) -> Outcome:
     import asyncio
     import contextlib
     import gc
-    import signal
 
     from healthchecks.checks import CheckRunner
     from healthchecks.server import ProbeServer
@@ -107,11 +97,15 @@ async def _run(
     from launcher.supervise.supervisor import Event, SignalReceived, Supervisor, SupervisorConfig
 
     loop = asyncio.get_running_loop()
+    output.attach(loop)  # from now on a stalled log reader cannot block the loop
     events: asyncio.Queue[Event] = asyncio.Queue()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    for sig in early.STOP:
         loop.add_signal_handler(sig, events.put_nowait, SignalReceived(sig))
-    for signum in early_signals:
+    for sig in early.IGNORED:  # README "Signals": their default action would orphan the engine
+        loop.add_signal_handler(sig, _ignored, log, sig)
+    for signum in early.RECEIVED:
         events.put_nowait(SignalReceived(signum))
+    early.RECEIVED.clear()
     assert plan.probes is not None
     # The probes answer from the first moment: a pod waiting for its leader is alive, not started.
     health = PodHealth(plan.probes)
@@ -214,6 +208,13 @@ async def _run(
                     await task
     finally:
         await server.stop()
+        output.detach()
+
+
+def _ignored(log: Log, signum: int) -> None:
+    from launcher.supervise.outcome import signal_name
+
+    log.warning("ignoring signal", signal=signal_name(signum))
 
 
 async def _startup_deadline(health: PodHealth, seconds: float, supervisor: Supervisor) -> None:
@@ -297,8 +298,9 @@ def _unknown(name: str) -> Problem:
 
 def write_termination_message(path: str, message: str) -> None:
     """Kubernetes shows this file as the container's last state. The head carries the root cause, so
-    the message is cut at the end, never at the start. Not writable (e.g. outside a pod): skipped."""
-    if not path:
+    the message is cut at the end, never at the start. Not writable (e.g. outside a pod), or a
+    relative path (refused by the settings, and never meant to land in the working directory): skipped."""
+    if not os.path.isabs(path):
         return
     data = message.encode("utf-8")[:TERMINATION_LIMIT].decode("utf-8", errors="ignore")
     try:

@@ -465,7 +465,7 @@ class RecipeSource:
 
     @property
     def setting(self) -> str:
-        return "LLMD_RECIPE_FILE" if self.file else "LLMD_RECIPE"
+        return "LLMD_RECIPE" if self.file is None else "LLMD_RECIPE_FILE"
 
     @property
     def label(self) -> str:
@@ -476,7 +476,7 @@ class RecipeSource:
                 if not self.name.isprintable()
                 else f"built-in recipe {self.name}"
             )
-        return self.file if self.file.isprintable() else repr(self.file)
+        return self.file if self.file.isprintable() and self.file else repr(self.file)
 
 
 def builtin_recipe_names() -> list[str]:

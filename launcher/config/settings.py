@@ -33,7 +33,7 @@ from launcher.addresses import is_ip
 from launcher.config.defaults import PROBE_PORT, TERMINATION_LOG
 from launcher.config.recipe import EnvMap, RecipeSource, read_recipe
 from launcher.errors import ConfigError, Problem
-from launcher.redact import REDACTED
+from launcher.redact import REDACTED, is_secret_name
 
 DEFAULT_RECIPE = "kimi-k3.1-pro"
 _DNS_NAME = re.compile(
@@ -491,12 +491,11 @@ def load_settings(**cli: Any) -> Settings:
         problems = []
         for err in exc.errors(include_url=False):
             field = _field_of(err["loc"])
-            shown = REDACTED if field == "extra_env" else repr(err.get("input"))
             message = err["msg"].removeprefix("Value error, ")
             problems.append(
                 Problem(
                     setting_label(field, given),
-                    f"{message[:1].lower()}{message[1:]} (got {shown})",
+                    f"{_sentence_start(message)} (got {_shown(field, err.get('input'))})",
                     fix_for(field),
                 )
             )
@@ -507,6 +506,23 @@ def load_settings(**cli: Any) -> Settings:
         raise ConfigError.one(setting_label(field, given), "is not valid JSON", fix_for(field)) from None
     _check_lws_env(settings)
     return settings
+
+
+def _shown(field: str, value: object) -> str:
+    """A wrong value as the error line may show it: a scalar of a non-secret setting; of anything
+    else only its type (a recipe list may hold a literal token)."""
+    if field == "extra_env" or is_secret_name(field) or is_secret_name(env_name(field)):
+        return REDACTED
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return repr(value)
+    return f"a {type(value).__name__}"
+
+
+def _sentence_start(message: str) -> str:
+    """pydantic's "Input should be ..." reads as "input should be ..." after the label; a message
+    that begins with a name (an env variable's, e.g. My_Var) keeps its case."""
+    first = message.split(" ", 1)[0]
+    return message[:1].lower() + message[1:] if first.isalpha() and first[1:].islower() else message
 
 
 def _check_lws_env(settings: Settings) -> None:

@@ -3,9 +3,11 @@ passed through line by line with the process name attached. Secret values never 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
+import select
 import sys
 from collections import deque
 from collections.abc import Callable, MutableMapping
@@ -33,7 +35,7 @@ def wants_json(log_format: str, stream: TextIO | None = None) -> bool:
     return log_format == "json"
 
 
-def configure(as_json: bool, scrub: Scrubber) -> structlog.stdlib.BoundLogger:
+def configure(as_json: bool, scrub: Scrubber, stream: IO[str] | FdWriter) -> structlog.stdlib.BoundLogger:
     def redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
         for key, value in event.items():
             if is_secret_name(key):
@@ -58,34 +60,131 @@ def configure(as_json: bool, scrub: Scrubber) -> structlog.stdlib.BoundLogger:
             redact,
             renderer,
         ],
-        logger_factory=structlog.PrintLoggerFactory(sys.stderr),
+        logger_factory=structlog.PrintLoggerFactory(stream),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
     logger: structlog.stdlib.BoundLogger = structlog.get_logger("llm-d-launcher")
     return logger
 
 
+QUEUE_LIMIT = 1 << 20  # bytes of output held per stream while its reader is slow
+
+
+class FdWriter:
+    """One output fd (stdout or stderr) that never blocks the launcher: when whoever reads it (a
+    container runtime's log pipe) falls behind, lines wait in a bounded queue written out as the fd
+    polls writable (the event loop's add_writer), so probes and signals are served meanwhile. Past
+    the bound a line is dropped and counted; the count is said once the reader has caught up.
+
+    Writes go out in pieces of at most PIPE_BUF bytes, each after a poll: a pipe that polls writable
+    takes that much without blocking, so the fd's own (shared) blocking mode is left alone."""
+
+    def __init__(self, fd: int, notice: Callable[[int], str], limit: int = QUEUE_LIMIT) -> None:
+        self.fd, self.notice, self.limit = fd, notice, limit
+        self.queue: deque[bytes] = deque()
+        self.queued = 0  # bytes in the queue
+        self.dropped = 0  # lines dropped, in total
+        self.unsaid = 0  # lines dropped since the last notice
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.watching = False
+
+    def write(self, text: str) -> int:
+        data = text.encode("utf-8", errors="replace")
+        if self.queued + len(data) > self.limit:
+            self.dropped += 1
+            self.unsaid += 1
+        else:
+            self.queue.append(data)
+            self.queued += len(data)
+            self.pump()
+        return len(text)
+
+    def flush(self) -> None:
+        """Nothing to do: write() already passed on all the reader would take."""
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.pump()
+
+    def detach(self) -> None:
+        """Outside the loop, what the reader cannot take at once stays queued (or is dropped)."""
+        self._watch(False)
+        self.loop = None
+
+    def pump(self) -> None:
+        while self.queue:
+            head = self.queue[0]
+            if not select.select([], [self.fd], [], 0)[1]:
+                break
+            try:
+                n = os.write(self.fd, head[: select.PIPE_BUF])
+            except BlockingIOError:
+                break
+            except OSError:  # nobody reads our output any more (EPIPE): keep supervising
+                self.dropped += len(self.queue)
+                self.queue.clear()
+                self.queued = 0
+                break
+            self.queued -= n
+            if n < len(head):
+                self.queue[0] = head[n:]
+            else:
+                self.queue.popleft()
+            if not self.queue and self.unsaid:
+                said = self.notice(self.unsaid).encode()
+                self.unsaid = 0
+                self.queue.append(said)
+                self.queued += len(said)
+        self._watch(bool(self.queue))
+
+    def _watch(self, on: bool) -> None:
+        if self.loop is None or on == self.watching:
+            return
+        if on:
+            self.loop.add_writer(self.fd, self.pump)
+        else:
+            self.loop.remove_writer(self.fd)
+        self.watching = on
+
+
 class ChildOutput:
-    """Writes one child's line to the launcher's stdout or stderr (the stream the child used)."""
+    """Writes one child's line to the launcher's stdout or stderr (the stream the child used); the
+    launcher's own log shares the stderr writer, so the two stay in order."""
 
     def __init__(self, as_json: bool, scrub: Scrubber) -> None:
         self.as_json = as_json
         self.scrub = scrub
+        self.stdout = FdWriter(1, self._notice)
+        self.stderr = FdWriter(2, self._notice)
+
+    @property
+    def dropped(self) -> int:
+        return self.stdout.dropped + self.stderr.dropped
+
+    def attach(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.stdout.attach(loop)
+        self.stderr.attach(loop)
+
+    def detach(self) -> None:
+        self.stdout.detach()
+        self.stderr.detach()
+
+    def _notice(self, count: int) -> str:
+        event = f"{count} lines dropped: the reader of the launcher's output was too slow"
+        if self.as_json:
+            stamp = datetime.now(timezone.utc).isoformat()
+            return json.dumps({"timestamp": stamp, "level": "warning", "event": event}) + "\n"
+        return f"llm-d-launcher | {event}\n"
 
     def line(self, process: str, stream: str, text: str) -> str:
         text = self.scrub(text)
-        out = sys.stderr if stream == "stderr" else sys.stdout
+        out = self.stderr if stream == "stderr" else self.stdout
         if self.as_json:
             stamp = datetime.now(timezone.utc).isoformat()
             record = {"timestamp": stamp, "process": process, "stream": stream, "message": text}
-            line = json.dumps(record, ensure_ascii=False) + "\n"
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
         else:
-            line = f"{process} | {text}\n"
-        try:
-            out.write(line)
-            out.flush()
-        except (BrokenPipeError, ValueError):  # nobody reads our output any more: keep supervising
-            pass
+            out.write(f"{process} | {text}\n")
         return text
 
 

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import re
 import shutil
 import socket
+import stat
 import tempfile
 import threading
 import time
@@ -198,28 +200,74 @@ def check_runtime_dir(plan: Plan, runtime_dir: str) -> list[Problem]:
     return []
 
 
-def clean_shm(directory: str) -> list[str]:
-    """Remove files in /dev/shm that no process we can see holds open or mapped: leftovers of a
-    crashed engine that would otherwise turn one crash into a crash loop (llm-d/llm-d#352).
+# The shared-memory files the engines we start leave behind when they crash, and nothing else: a
+# model, a cache or anyone's data in a misconfigured LLMD_SHM_DIR must never match.
+STALE_SHM = re.compile(
+    r"psm_[0-9a-f]{6,}"  # CPython multiprocessing.shared_memory (vLLM shm_broadcast, SGLang mm_utils)
+    r"|sem\.mp-\w+"  # CPython multiprocessing semaphores, as glibc's sem_open names them
+    r"|torch_\d+_\d+_\d+"  # torch's shared-memory tensors ("/torch_{}_{}_{}" in libtorch_cpu)
+    r"|nccl-\w{6}"  # NCCL host buffers (src/misc/shmutils.cc, "/dev/shm/nccl-XXXXXX")
+    r"|vllm_(?:offload|ec)_[\w.-]+\.mmap"  # vLLM 0.32 kv_offload/cpu, ec_transfer/cpu shared regions
+    r"|sglang_loads_[\w.-]+\.shm"  # SGLang srt/managers/load_snapshot.py
+)
+
+
+def check_shm_dir(plan: Plan, directory: str) -> list[Problem]:
+    """LLMD_SHM_DIR must be a tmpfs (shared memory, not a volume) that holds no model."""
+    if not directory or not Path(directory).is_dir():
+        return []
+    fix = "point LLMD_SHM_DIR at the engine container's /dev/shm, or set it empty to skip the clean-up"
+    real = os.path.realpath(directory)
+    fs = _filesystem(real)
+    if fs != "tmpfs":
+        return [Problem("LLMD_SHM_DIR", f"{directory!r} is on {fs}, not a tmpfs (shared memory)", fix)]
+    model = plan.model_path
+    if model and model.startswith("/"):
+        model = os.path.realpath(model)
+        if os.path.commonpath([real, model]) in (real, model):
+            return [Problem("LLMD_SHM_DIR", f"{directory!r} holds or lies inside the model path", fix)]
+    return []
+
+
+def _filesystem(path: str) -> str:
+    """The type of the filesystem mounted nearest above path (/proc/self/mountinfo)."""
+    best, kind = "", "an unknown filesystem"
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as mounts:
+        for line in mounts:
+            fields, _, rest = line.partition(" - ")
+            point = re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), fields.split()[4])
+            inside = path == point or path.startswith(point.rstrip("/") + "/")
+            if inside and len(point) >= len(best):
+                best, kind = point, rest.split()[0]
+    return kind
+
+
+def clean_shm(directory: str) -> tuple[list[str], list[str]]:
+    """Remove the stale shared memory of crashed engines (llm-d/llm-d#352: one crash would otherwise
+    become a crash loop): regular files directly in the directory, named as the engines name their
+    segments (STALE_SHM), that no process we can see holds open or mapped. Symlinks and
+    subdirectories are never followed. Returns (removed, could not be removed: "name (reason)").
 
     Processes of other containers are invisible (no shared PID namespace), so LLMD_SHM_DIR must be
     the engine container's own shared memory; set it empty when another container uses it too."""
     root = Path(directory)
     if not root.is_dir():
-        return []
+        return [], []
     in_use = _paths_in_use(str(root))
-    removed = []
+    removed, failed = [], []
     for entry in root.iterdir():
-        if entry.is_dir() and not entry.is_symlink():
-            continue
-        if str(entry) in in_use:
+        if not STALE_SHM.fullmatch(entry.name) or str(entry) in in_use:
             continue
         try:
+            if not stat.S_ISREG(entry.lstat().st_mode):
+                continue
             entry.unlink()
             removed.append(entry.name)
         except FileNotFoundError:
             pass
-    return removed
+        except OSError as exc:
+            failed.append(f"{entry.name} ({exc.strerror or type(exc).__name__})")
+    return removed, failed
 
 
 def _paths_in_use(prefix: str) -> set[str]:
@@ -262,6 +310,7 @@ async def run_preflight(plan: Plan, *, bin_path: str, runtime_dir: str, shm_dir:
     problems += await _bounded("binaries", check_binaries, plan, bin_path)
     problems += await _bounded("runtime directory", check_runtime_dir, plan, runtime_dir)
     problems += await _bounded("ports", check_ports_free, plan)
+    problems += await _bounded("shm directory", check_shm_dir, plan, shm_dir)
     host = await _bounded("host", check_host, plan, bin_path)
     for warning in host.warnings:
         log.warning("preflight warning", problem=str(warning))
@@ -269,8 +318,10 @@ async def run_preflight(plan: Plan, *, bin_path: str, runtime_dir: str, shm_dir:
     if problems:
         raise ConfigError(problems)
     if shm_dir:
-        removed = await _bounded("shm clean-up", clean_shm, shm_dir)
+        removed, failed = await _bounded("shm clean-up", clean_shm, shm_dir)
         log.info(
             "removed stale shared-memory files", directory=shm_dir, count=len(removed), files=removed[:20]
         )
+        if failed:
+            log.warning("could not remove stale shared-memory files", directory=shm_dir, files=failed[:20])
     return host

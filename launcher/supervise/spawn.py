@@ -15,7 +15,12 @@ from typing import IO, NamedTuple, Protocol
 
 from launcher.plan import ProcessSpec
 
+PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
+try:  # resolved once, here: the forked child must not load anything before exec
+    _prctl: Callable[..., int] | None = ctypes.CDLL(None, use_errno=True).prctl
+except (OSError, AttributeError):  # not Linux
+    _prctl = None
 
 
 class ChildHandle(Protocol):
@@ -80,6 +85,7 @@ class SubprocessSpawner:
             stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group: signals reach its whole tree
             close_fds=True,
+            preexec_fn=_die_with(os.getpid()),
         )
         self._popens[popen.pid] = popen
         return popen
@@ -130,3 +136,17 @@ def become_subreaper() -> None:
     with contextlib.suppress(OSError, AttributeError):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def _die_with(parent: int) -> Callable[[], None]:
+    """In the child before exec: SIGKILL it when the launcher dies, even of SIGKILL (outside PID 1 the
+    engine would otherwise live on as an orphan, its port still answering). The kernel sends it when
+    the *thread* that forked exits: the launcher forks from its main thread, which lives until exit."""
+
+    def set_pdeathsig() -> None:
+        if _prctl is not None:
+            _prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        if os.getppid() != parent:  # the launcher died before the line above took effect
+            os._exit(1)
+
+    return set_pdeathsig

@@ -337,6 +337,7 @@ class Supervisor:
             await self._stop_everything(requested)
         except Exception as exc:  # never leave run() waiting on an event that will not come
             self.log.error("shutdown failed; killing every process", error=repr(exc))
+            self._kill_all(signal.SIGSTOP)
             self._kill_all(signal.SIGKILL)
         finally:
             self.events.put_nowait(ShutdownDone())
@@ -375,8 +376,23 @@ class Supervisor:
                 pids=self._descendants(),
                 processes=[s.name for s in self.processes if s.running],
             )
+        await self._sweep(self.clock() + max(0.5, budget.kill_margin - 0.5))
+
+    async def _sweep(self, deadline: float) -> None:
+        """Until nothing of ours is left, seen twice in a row (a listing of /proc can miss a process
+        that is being forked or re-parented): each round freezes every descendant first (SIGSTOP) so
+        none can fork a replacement between the listing and its SIGKILL (a re-spawning daemon)."""
+        quiet = 0
+        while quiet < 2 and self.clock() < deadline:
+            if await self._wait_quiet(self.clock()):
+                quiet += 1
+                await asyncio.sleep(0.02)
+                continue
+            quiet = 0
+            self.log.warning("killing what is left", pids=self._descendants())
+            self._kill_all(signal.SIGSTOP)
             self._kill_all(signal.SIGKILL)
-            await self._wait_quiet(self.clock() + max(0.5, budget.kill_margin - 0.5))
+            await self._wait_quiet(min(deadline, self.clock() + 0.05))
 
     async def _wait_quiet(self, deadline: float) -> bool:
         """Until every process of the plan and every descendant (orphans included) has exited."""

@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import socket
+import tempfile
 import time
 from pathlib import Path
 
@@ -22,10 +23,9 @@ def assert_clean_exit(pod: LauncherPod, code: int, expected: int) -> None:
 
 
 def test_sigterm_stops_engine_and_sidecar_with_exit_0(make_pod: MakePod) -> None:
-    pod = make_pod()
-    shm = pod.workdir / "shm"  # LLMD_SHM_DIR: leftovers of a crashed engine
-    shm.mkdir()
-    for name in ("psm_1a2b", "vllm-offload-0"):
+    shm = Path(tempfile.mkdtemp(prefix="llmd-test-", dir="/dev/shm"))  # a tmpfs of our own
+    pod = make_pod({"LLMD_SHM_DIR": str(shm)})  # leftovers of a crashed engine
+    for name in ("psm_1a2b3c4d", "vllm_offload_0.mmap"):
         (shm / name).write_bytes(b"stale")
     pod.start()
     pod.wait_for("render | stand-in render up")
@@ -35,6 +35,7 @@ def test_sigterm_stops_engine_and_sidecar_with_exit_0(make_pod: MakePod) -> None
     assert_clean_exit(pod, pod.finish(), 0)
     assert "engine | stand-in draining up to 17s" in pod.stdout  # --shutdown-timeout from grace 30
     assert "removed stale shared-memory files count=2" in pod.stderr and list(shm.iterdir()) == []
+    shm.rmdir()
     assert not pod.termination_log.exists()  # written only for a non-zero exit
 
 

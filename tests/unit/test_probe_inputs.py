@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import sys
 
 import pytest
 
@@ -54,7 +55,7 @@ REQUESTS = [
 
 
 def test_malformed_requests_are_refused_in_one_json_line_each(capsys: pytest.CaptureFixture[str]) -> None:
-    configure(True, Scrubber([]))
+    configure(True, Scrubber([]), sys.stderr)
     port = _free_port()
     probes = Probes(port=port, ready=(Check("engine", "engine"),), started=Check("engine", "engine"))
 

@@ -4,8 +4,10 @@ termination message, preflight checks and atomic files."""
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import stat
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -147,17 +149,21 @@ def _plan(processes: list[ProcessSpec], files: tuple[FileSpec, ...] = (), model:
     )
 
 
-def test_clean_shm_removes_only_files_nobody_holds(tmp_path: Path) -> None:
-    (tmp_path / "stale-1").write_bytes(b"x")
-    (tmp_path / "stale-2").write_bytes(b"x")
-    (tmp_path / "subdir").mkdir()
-    held = tmp_path / "held"
-    held.write_bytes(b"x")
-    with held.open("rb"):
-        removed = clean_shm(str(tmp_path))
-    assert removed is not None and sorted(removed) == ["stale-1", "stale-2"]
-    assert held.exists() and (tmp_path / "subdir").is_dir()
-    assert clean_shm(str(tmp_path / "absent")) == []
+def test_clean_shm_removes_only_files_nobody_holds() -> None:
+    root = Path(tempfile.mkdtemp(prefix="llmd-test-", dir="/dev/shm"))  # a tmpfs of our own
+    try:
+        (root / "psm_5ea1e001").write_bytes(b"x")
+        (root / "psm_5ea1e002").write_bytes(b"x")
+        (root / "subdir").mkdir()
+        held = root / "psm_5ea1e003"
+        held.write_bytes(b"x")
+        with held.open("rb"):
+            removed, failed = clean_shm(str(root))
+        assert sorted(removed) == ["psm_5ea1e001", "psm_5ea1e002"] and failed == []
+        assert held.exists() and (root / "subdir").is_dir()
+        assert clean_shm(str(root / "absent")) == ([], [])
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def test_port_in_use_names_the_port_and_the_holder() -> None:
