@@ -25,5 +25,5 @@ def test_catalogue_matches_the_engine(venv: str, script: str, name: str, tmp_pat
         check=True,
         timeout=300,
     ).stdout
-    committed = (REPO / "launcher" / "catalogs" / f"{name}.json").read_text()
+    committed = (REPO / "roles" / "catalogs" / f"{name}.json").read_text()
     assert fresh == committed, f"{name}.json is stale: run scripts/update-flag-catalogs.sh"
