@@ -9,20 +9,29 @@ import asyncio
 import itertools
 import selectors
 import signal
+import stat
 from collections.abc import Callable, Coroutine
 from contextvars import Context
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
 from typing_extensions import TypeVarTuple, Unpack
 
-from launcher.plan import Plan, PodIdentity, ProcessSpec, Role, RoleKind, ShutdownBudget
+from launcher.plan import FileSpec, Plan, PodIdentity, ProcessSpec, Role, RoleKind, ShutdownBudget
 from launcher.redact import Scrubber
 from launcher.supervise.logs import ChildOutput
 from launcher.supervise.outcome import EXIT_STALLED, Failed, Outcome, StopRequested
 from launcher.supervise.spawn import ChildHandle, Descendant
-from launcher.supervise.supervisor import Event, SignalReceived, Supervisor, SupervisorConfig
+from launcher.supervise.supervisor import (
+    Event,
+    SignalReceived,
+    Supervisor,
+    SupervisorConfig,
+    restart_delay,
+    write_files,
+)
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -394,3 +403,18 @@ def test_a_condemned_pod_is_not_deregistered_first_and_exits_with_the_verdicts_c
     outcome, _ = supervise(spawner, budget=DEREGISTER, condemn=(30, reason, EXIT_STALLED))
     assert spawner.signalled("engine", signal.SIGTERM) == [30]  # at once: nothing is served any more
     assert (outcome.exit_code, outcome.reason) == (5, reason)
+
+
+# ------------------------------------------------------------------ helpers of the supervisor
+def test_restart_backoff_doubles_and_caps() -> None:
+    assert [restart_delay(n, 1.0) for n in (1, 2, 3, 4, 5, 6, 7)] == [1, 2, 4, 8, 16, 30, 30]
+
+
+def test_write_files_is_atomic_and_sets_the_mode(tmp_path: Path) -> None:
+    target = tmp_path / "deep" / "store.json"
+    target.parent.mkdir()
+    target.write_text("old")
+    write_files((FileSpec(str(target), '{"new": 1}', mode=0o600),))
+    assert target.read_text() == '{"new": 1}'
+    assert stat.S_IMODE(target.stat().st_mode) == 0o600
+    assert [p.name for p in target.parent.iterdir()] == ["store.json"]  # no temp file left

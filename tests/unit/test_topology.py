@@ -1,4 +1,5 @@
-"""The group arithmetic, by example (the properties are in test_topology_properties.py)."""
+"""roles/topology.py: the group arithmetic, by example (the properties, read back from the argv, are in
+test_topology_properties.py)."""
 
 from __future__ import annotations
 

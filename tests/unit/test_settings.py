@@ -21,6 +21,7 @@ from launcher.config.settings import (
     setting_label,
     settings_table,
 )
+from tests.unit.user_recipe import engine
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 
@@ -128,3 +129,64 @@ def test_the_exec_probe_does_not_import_the_settings_stack() -> None:
     loaded = set(json.loads(out.stdout.splitlines()[-1]))
     assert "launcher.cli" in loaded
     assert not {m for m in loaded if m.split(".")[0] in {"pydantic", "pydantic_settings", "yaml"}}
+
+
+# ------------------------------------------------------------------ precedence: CLI > env > recipe
+def test_precedence_cli_over_env_over_recipe_file(plan_json: Any, user_recipe: str) -> None:
+    from_file = engine(plan_json(env={"LLMD_RECIPE_FILE": user_recipe}))
+    assert from_file["argv"][-2:] == ["--max-num-seqs", "4"]
+    assert from_file["env"].get("MOONCAKE_CONFIG_PATH") is None
+    env = {"LLMD_RECIPE_FILE": user_recipe, "LLMD_EXTRA_ARGS": "--max-num-seqs 8"}
+    assert engine(plan_json(env=env))["argv"][-2:] == ["--max-num-seqs", "8"]
+    cli = engine(plan_json("--extra-args", "--max-num-seqs 16", env=env))
+    assert cli["argv"][-2:] == ["--max-num-seqs", "16"]
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "env_name", "env_value", "read"),
+    [
+        ("--leader-address", "cli-0.l", "LWS_LEADER_ADDRESS", "env-0.l",
+         lambda p: p["role"]["leader_address"]),
+        ("--pod-ip", "10.0.0.2", "POD_IP", "10.0.0.1",
+         lambda p: p["processes"][0]["env"]["VLLM_NIXL_SIDE_CHANNEL_HOST"]),
+        ("--worker-index", "1", "LWS_WORKER_INDEX", "0", lambda p: p["role"]["worker_index"]),
+        ("--pool", "decode", "LLMD_POOL", "prefill", lambda p: p["role"]["pool"]),
+        ("--runtime-dir", "/cli", "LLMD_RUNTIME_DIR", "/env", lambda p: p["files"][0]["path"]),
+        ("--recipe", "vllm-single-pod", "LLMD_RECIPE", "kimi-k3.1-pro", lambda p: p["recipe"]),
+    ],
+)  # fmt: skip
+def test_each_cli_flag_overrides_its_env(
+    plan_json: Any, flag: str, value: str, env_name: str, env_value: str, read: Any
+) -> None:
+    base = {
+        "LWS_LEADER_ADDRESS": "env-0.l",
+        "LWS_GROUP_SIZE": "2",
+        "LWS_WORKER_INDEX": "0",
+        "POD_IP": "10.0.0.1",
+    }
+    if flag == "--pool":
+        base = {"POD_IP": "10.0.0.1"}
+    if flag == "--recipe":
+        base = {}
+    from_env = read(plan_json(env={**base, env_name: env_value}))
+    from_cli = read(plan_json(flag, value, env={**base, env_name: env_value}))
+    assert from_env != from_cli
+    assert str(from_cli) == value or str(from_cli).startswith(value)
+
+
+def test_group_size_and_gpus_flags_override_env(run_cli: Any) -> None:
+    env = {
+        "LWS_LEADER_ADDRESS": "l-0",
+        "LWS_GROUP_SIZE": "3",
+        "LWS_WORKER_INDEX": "0",
+        "LLMD_GPUS_PER_NODE": "8",
+    }
+    code, _, err = run_cli("plan", env=env)
+    assert code == 2 and "LWS_GROUP_SIZE" in err and "LLMD_GPUS_PER_NODE" in err
+    code, _, err = run_cli("plan", "--group-size", "2", "--gpus-per-node", "4", env=env)
+    assert code == 0, err
+
+
+def test_recipe_file_flag_overrides_env(plan_json: Any, user_recipe: str) -> None:
+    plan = plan_json("--recipe-file", user_recipe, env={"LLMD_RECIPE_FILE": "/nonexistent.yaml"})
+    assert plan["recipe"] == "tiny"
