@@ -115,7 +115,8 @@ def test_tpu_group_serves_and_ends_when_the_leader_dies(
     run.wait("both pods ended", lambda: run.exit_code(0) is not None and run.exit_code(1) is not None, 30)
     print(
         f"leader pod ended {run.exited_at(0) - killed_at:.1f} s, "
-        f"worker pod {run.exited_at(1) - killed_at:.1f} s after the leader's engine died; exit codes {run.exit_code(0)}, {run.exit_code(1)}: "
+        f"worker pod {run.exited_at(1) - killed_at:.1f} s after the leader's engine died; "
+        f"exit codes {run.exit_code(0)}, {run.exit_code(1)}: "
         f"{run.termination(1)[:200]!r}"
     )
     assert run.exit_code(0) == 3 and run.exit_code(1) in (3, 4)
