@@ -281,6 +281,5 @@ def tpu_recipe(path: Path, model: Path) -> Path:
         '      SGLANG_USE_CPU_ENGINE: "1"\n'
         "      SGLANG_NCCL_SO_PATH: /nonexistent/libnccl.so.2\n"
         f"      PYTHONPATH: {VENVS / 'sglang-full' / 'standins'}\n"
-        "      GLOO_SOCKET_IFNAME: eth0\n"
     )
     return path
