@@ -156,3 +156,20 @@ def test_tpu_worker_pod_stop_kills_what_ignores_sigterm_and_ends_the_group(
     run.proc.wait(timeout=30)
     assert leftovers(tag) == []
     assert "left behind" not in run.output()
+
+
+def test_tpu_group_stop_ends_every_pod_within_the_grace_budget(
+    start_group: Any, tp2_model: Path, tmp_path: Path
+) -> None:
+    """A group deletion: SIGTERM to both pods at once. The non-leader ignores its own SIGTERM; rank 0's
+    shutdown (or the launcher's SIGKILL at its deadline) ends it, within the grace budget."""
+    run = _start(start_group, tp2_model, tmp_path)
+    tag = run.manifest()["tag"]
+    stopped_at = time.monotonic()
+    code = run.stop(timeout=GRACE + 10 + SLACK)  # the runner's own SIGKILL comes at grace + 10 s
+    took = time.monotonic() - stopped_at
+    print(f"group stopped {took:.1f} s after SIGINT, exit codes {run.exit_code(0)}, {run.exit_code(1)}")
+    assert code == 0 and took <= GRACE + 2
+    assert "SIGKILL" not in run.output()  # the runner's backstop was not needed
+    assert leftovers(tag) == []
+    assert "left behind" not in run.output()
