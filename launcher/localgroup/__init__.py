@@ -38,6 +38,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--env", metavar="KEY=VALUE", action="append", default=[], help="extra env for every pod (repeatable)"
     )
     parser.add_argument(
+        "--pod-env",
+        metavar="INDEX:KEY=VALUE",
+        action="append",
+        default=[],
+        help="extra env for pod INDEX only, over --env (repeatable): what differs between real hosts, "
+        "e.g. which cores an engine binds when every pod shares this machine's",
+    )
+    parser.add_argument(
         "--leader-dns-after",
         default="0",
         metavar="SECONDS|never",
@@ -77,9 +85,10 @@ def command(ns: argparse.Namespace, argv: list[str]) -> int:
     settings = load_settings(**given)
     recipe = load_recipe(settings.recipe_source, name_given="recipe" in settings.model_fields_set)
     pool_name, pool = select_pool(settings, recipe)
+    size = ns.size or pool.nodes
     after = None if ns.leader_dns_after == "never" else _seconds(ns.leader_dns_after)
     lws = ns.lws_name or "".join(c if c.isalnum() else "-" for c in f"{recipe.name}-{pool_name}".lower())
-    layout = GroupLayout(lws, ns.size or pool.nodes, namespace=ns.namespace)
+    layout = GroupLayout(lws, size, namespace=ns.namespace)
     env = {k: v for k, v in os.environ.items() if k not in LWS_ENV}
     env.update({f"LLMD_{k.upper()}": str(v) for k, v in given.items() if v is not None})
     for item in ns.env:
@@ -87,9 +96,17 @@ def command(ns: argparse.Namespace, argv: list[str]) -> int:
         if not sep or not key:
             raise ConfigError.one("--env", "is not KEY=VALUE", "write it as --env NAME=value")
         env[key] = value
+    per_pod = _pod_env(ns.pod_env, size)
     workdir = Path(ns.workdir or tempfile.mkdtemp(prefix="llmd-local-group-"))
     workdir.mkdir(parents=True, exist_ok=True)
-    group = LocalGroup(layout, workdir, env, settings.probe_port, say=lambda line: print(line, flush=True))
+    group = LocalGroup(
+        layout,
+        workdir,
+        env,
+        settings.probe_port,
+        say=lambda line: print(line, flush=True),
+        per_pod_env=per_pod,
+    )
     try:
         return run_group(group, after, ns.status_every, grace=settings.grace_seconds + 10)
     except RunnerError as exc:
@@ -109,3 +126,20 @@ def _seconds(text: str) -> float:
             "--leader-dns-after", f"{text!r} is not a number of seconds", "give 0, 8.5, or never"
         )
     return value
+
+
+def _pod_env(items: list[str], size: int) -> dict[int, dict[str, str]]:
+    from launcher.errors import ConfigError
+
+    per_pod: dict[int, dict[str, str]] = {}
+    for item in items:
+        index, colon, pair = item.partition(":")
+        key, sep, value = pair.partition("=")
+        if not (colon and sep and key and index.isdigit() and int(index) < size):
+            raise ConfigError.one(
+                "--pod-env",
+                f"{item!r} is not INDEX:KEY=VALUE with INDEX a pod of the group (0..{size - 1})",
+                "write it as --pod-env 1:NAME=value",
+            )
+        per_pod.setdefault(int(index), {})[key] = value
+    return per_pod

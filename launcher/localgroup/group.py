@@ -109,6 +109,7 @@ class LocalGroup:
     env: Mapping[str, str]  # every pod's env besides what LWS injects
     probe_port: int
     say: Callable[[str], None] = print
+    per_pod_env: Mapping[int, Mapping[str, str]] = field(default_factory=dict)  # pod index -> env over env
     tag: str = field(default_factory=lambda: uuid.uuid4().hex)
     pods: list[RunningPod] = field(default_factory=list)
 
@@ -165,6 +166,7 @@ class LocalGroup:
             pod, holder = running.pod, running.holder.pid
             env = {
                 **self.env,
+                **self.per_pod_env.get(pod.index, {}),
                 **self.layout.pod_env(pod),
                 TAG: self.tag,
                 "LLMD_TERMINATION_LOG": str(running.termination_log),

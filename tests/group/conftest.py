@@ -234,3 +234,47 @@ def decode_recipe(path: Path, model: Path) -> Path:
         "    disagg_sidecar: {port: 8000, kv_connector: nixlv2, args: {secure-proxy: false}}\n"
     )
     return path
+
+
+def tpu_recipe(path: Path, model: Path) -> Path:
+    """The guide's TPU shape (SGLang, one engine across the hosts of a slice) scaled to 2 hosts of 1
+    device each, on CPU. The guide's flags stay, except two that cannot run on a CPU without Intel AMX,
+    both failing about 20 s into start-up after the flags parsed (SGLang 0.5.23):
+    - kv-cache-dtype fp8_e4m3: "CPU FP8 KV cache requires Intel AMX support";
+    - enable-hierarchical-cache: its host pool registers memory with CUDA.
+    context-length 491520 becomes 512 (the tiny model's; the long one needs
+    SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 and far more memory). The CPU flags and env come from
+    SGLang's CPU engine: --device cpu needs SGLANG_USE_CPU_ENGINE=1; NCCL is made unloadable
+    (SGLANG_NCCL_SO_PATH) so TP goes over gloo; sgl_kernel is the stand-in on the engine's PYTHONPATH
+    (tests/standins/sgl_kernel, installed beside the venv by scripts/install-engines.sh sglang-full)."""
+    path.write_text(
+        "name: tiny-tpu\n"
+        f"model: {{path: {model}, served_name: tiny}}\n"
+        "default_pool: tpu\n"
+        "pools:\n"
+        "  tpu:\n"
+        "    kind: sglang\n"
+        "    nodes: 2\n"
+        "    gpus_per_node: 1\n"
+        "    tensor_parallel: 2\n"
+        "    port: 30000\n"
+        "    dist_init_port: 20000\n"
+        "    args:\n"
+        "      ep-size: 2\n"
+        "      context-length: 512\n"
+        "      page-size: 128\n"
+        "      hicache-ratio: 2\n"
+        "      grammar-backend: none\n"
+        "      tool-call-parser: kimi_k3\n"
+        "      reasoning-parser: kimi_k3\n"
+        "      device: cpu\n"
+        "      attention-backend: torch_native\n"
+        "      disable-cuda-graph: true\n"
+        "      mem-fraction-static: 0.1\n"
+        "      max-total-tokens: 8192\n"
+        "    env:\n"
+        '      SGLANG_USE_CPU_ENGINE: "1"\n'
+        "      SGLANG_NCCL_SO_PATH: /nonexistent/libnccl.so.2\n"
+        f"      PYTHONPATH: {VENVS / 'sglang-full' / 'standins'}\n"
+    )
+    return path
