@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.plan import Peer, Probes
+from launcher.supervise.logs import Log
 
 
 @dataclass
@@ -38,7 +39,7 @@ class PeerWatcher:
         interval: float,
         timeout: float,
         on_lost: Callable[[str], None],
-        log: Any,
+        log: Log,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.states = [PeerState(peer) for peer in probes.peers]
