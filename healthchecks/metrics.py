@@ -59,6 +59,12 @@ class PodCollector(Collector):
             yield from _kv_events(health.kv_events.state)
         if health.forward is not None:
             yield from _forward(health.forward)
+        dropped = CounterMetricFamily(
+            PREFIX + "log_lines_dropped",
+            "output lines dropped because the reader of the launcher's stdout/stderr fell behind",
+        )
+        dropped.add_metric([], float(health.dropped_lines()))
+        yield dropped
 
     def _processes(self) -> Iterator[Metric]:
         up = GaugeMetricFamily(PREFIX + "process_up", "1 while the process runs", labels=["process"])

@@ -78,6 +78,7 @@ class PodHealth:
         self.progress = StartupProgress(probes.progress)
         self.supervisor: ProcessTable | None = None
         self.kv_events: KvEventWatcher | None = None  # when the plan publishes KV events
+        self.dropped_lines: Callable[[], int] = lambda: 0  # output lines a slow log reader cost
         self.forward: ForwardWatcher | None = None  # when the plan watches the engine's progress
         self.flag_catalog: dict[str, object] | None = None  # which catalogue checked the flags, vs installed
 

@@ -109,6 +109,7 @@ async def _run(settings: Settings, recipe: Recipe, plan: Plan, log: Log, output:
     assert plan.probes is not None
     # The probes answer from the first moment: a pod waiting for its leader is alive, not started.
     health = PodHealth(plan.probes)
+    health.dropped_lines = lambda: output.dropped  # read at scrape time
     server = ProbeServer(health, settings.probe_host, settings.probe_port)
     await server.start()
     try:

@@ -152,6 +152,11 @@ def test_dropped_lines_are_counted_once_the_reader_catches_up(make_pod: MakePod)
                 got += proc.stderr.read() or b""
             time.sleep(0.05)
         assert b"lines dropped" in got, got[-2000:]
+        metrics = httpx.get(f"http://127.0.0.1:{pod.probe_port}/metrics", timeout=5).text
+        (dropped,) = [
+            line for line in metrics.splitlines() if line.startswith("llmd_launcher_log_lines_dropped")
+        ]
+        assert float(dropped.split()[-1]) > 0, dropped
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
     finally:
