@@ -98,7 +98,8 @@ def tiny_vllm_pod(workdir: Path, tiny_model: Path, render: bool = True, layout: 
         "LLMD_RECIPE_FILE": str(recipe),
         "POD_IP": "127.0.0.1",
         "LLMD_BIN_PATH": str(VENVS / "vllm" / "bin"),
-        "LLMD_DEREGISTER_SECONDS": "0",  # the shared pod's stop is timed; deregistration has its own tests
+        # The shared pod's stop drains for real (test_run_vllm.py): 3 s of deregistration first.
+        "LLMD_DEREGISTER_SECONDS": "3",
     }
     return LauncherPod(workdir, env, port=port, ports={"render": render_port, "kv": kv, "replay": replay})
 

@@ -52,12 +52,25 @@ def test_probes_name_the_start_up_phase_then_pass(vllm_pod: LauncherPod) -> None
     assert vllm_pod.probe("livez")[0] == 200
 
 
+def _complete(pod: LauncherPod, max_tokens: int) -> int:
+    body = {"model": "tiny", "prompt": "one two three " * 10, "max_tokens": max_tokens, "ignore_eos": True}
+    return httpx.post(f"http://127.0.0.1:{pod.port}/v1/completions", json=body, timeout=60).status_code
+
+
 @pytest.mark.stops_shared_vllm
 def test_sigterm_stops_the_whole_tree_with_exit_0(vllm_pod: LauncherPod) -> None:
+    """The stop drains: not ready at once; the engine is signalled only after the deregistration delay
+    (LLMD_DEREGISTER_SECONDS 3: a request sent meanwhile is served, not refused); a completion in
+    flight when SIGTERM came finishes; exit 0 and nothing left."""
+    import concurrent.futures
+
     tree = psutil.Process(vllm_pod.pid).children(recursive=True)
     names = {" ".join(p.cmdline()[:3]) for p in tree}
     assert len(tree) >= 3, names  # API server, engine core, render sidecar at least
     assert vllm_pod.probe("readyz")[0] == 200
+    pool = concurrent.futures.ThreadPoolExecutor(1)
+    in_flight = pool.submit(_complete, vllm_pod, 400)
+    time.sleep(0.5)
     started = time.monotonic()
     os.kill(vllm_pod.pid, signal.SIGTERM)
     # Not ready from the first moment of the stop, while vLLM is still draining.
@@ -66,7 +79,12 @@ def test_sigterm_stops_the_whole_tree_with_exit_0(vllm_pod: LauncherPod) -> None
         "phase": "stopping",
         "failing": {"pod": "shutting down"},
     }
-    assert vllm_pod.proc is not None and vllm_pod.proc.poll() is None
+    # Still deregistering: vLLM aborts requests that arrive after its SIGTERM (vLLM 0.32.0
+    # v1/engine/core.py _handle_shutdown), so one sent now and served proves it was not signalled yet.
+    sent_at = time.monotonic() - started
+    assert sent_at < 2.5 and _complete(vllm_pod, 2) == 200
+    assert in_flight.result(timeout=60) == 200  # the drain let it finish
+    assert vllm_pod.proc is not None
     code = vllm_pod.finish(timeout=60)
     took = time.monotonic() - started
     assert code == 0, vllm_pod.output()[-3000:]
