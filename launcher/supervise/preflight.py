@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from launcher.errors import ConfigError, Problem
 from launcher.plan import Plan
 from launcher.supervise.logs import Log
+from launcher.supervise.spawn import search_path
 
 if TYPE_CHECKING:
     from launcher.supervise.host import HostReport
@@ -157,12 +158,6 @@ def check_model(plan: Plan) -> list[Problem]:
     if not (Path(path) / "config.json").is_file():
         return [Problem("model.path", f"{path} holds no config.json (not a model directory)", fix)]
     return []
-
-
-def search_path(bin_path: str, env: dict[str, str] | None = None) -> str:
-    """LLMD_BIN_PATH first (engine venvs), then the process's PATH."""
-    base = (env or {}).get("PATH") or os.environ.get("PATH") or os.defpath
-    return f"{bin_path}{os.pathsep}{base}" if bin_path else base
 
 
 def check_binaries(plan: Plan, bin_path: str) -> list[Problem]:

@@ -150,3 +150,9 @@ def _die_with(parent: int) -> Callable[[], None]:
             os._exit(1)
 
     return set_pdeathsig
+
+
+def search_path(bin_path: str, env: dict[str, str] | None = None) -> str:
+    """LLMD_BIN_PATH first (engine venvs), then the process's PATH."""
+    base = (env or {}).get("PATH") or os.environ.get("PATH") or os.defpath
+    return f"{bin_path}{os.pathsep}{base}" if bin_path else base

@@ -44,8 +44,7 @@ from launcher.supervise.outcome import (
     final_outcome,
     signal_name,
 )
-from launcher.supervise.preflight import search_path
-from launcher.supervise.spawn import Spawner, SubprocessSpawner
+from launcher.supervise.spawn import Spawner, SubprocessSpawner, search_path
 
 BACKOFF_CAP = 30.0  # seconds: the longest a sidecar waits before its next restart
 DRAIN_READS = 64  # at most 4 MiB passed on when a process exits, so a chatty orphan cannot stall us

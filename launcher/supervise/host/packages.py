@@ -13,6 +13,7 @@ from pathlib import Path
 
 from launcher.errors import Problem
 from launcher.plan import Plan
+from launcher.supervise.spawn import search_path
 
 PROBE_TIMEOUT = 15.0
 # Prints {"found": {module: bool}, "version": str | null}; find_spec of a top-level name imports nothing.
@@ -93,7 +94,6 @@ def probe(python: str, modules: list[str], package: str | None, path: str) -> di
 
 def check_packages(plan: Plan, bin_path: str) -> tuple[EngineFacts | None, list[Problem], list[Problem]]:
     """(engine facts, problems, warnings)."""
-    from launcher.supervise.preflight import search_path
 
     needs = plan.needs
     engine = plan.engine
