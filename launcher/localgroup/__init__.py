@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Collection
 from pathlib import Path
 
 
@@ -44,6 +45,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="extra env for pod INDEX only, over --env (repeatable): what differs between real hosts, "
         "e.g. which cores an engine binds when every pod shares this machine's",
+    )
+    parser.add_argument(
+        "--service",
+        metavar="POOL=NAME",
+        action="append",
+        default=[],
+        help="also run one pod of another pool of the recipe behind a Service called NAME, started "
+        "first (repeatable): e.g. --service mooncake-master=mooncake-master for a donor group",
     )
     parser.add_argument(
         "--leader-dns-after",
@@ -88,7 +97,8 @@ def command(ns: argparse.Namespace, argv: list[str]) -> int:
     size = ns.size or pool.nodes
     after = None if ns.leader_dns_after == "never" else _seconds(ns.leader_dns_after)
     lws = ns.lws_name or "".join(c if c.isalnum() else "-" for c in f"{recipe.name}-{pool_name}".lower())
-    layout = GroupLayout(lws, size, namespace=ns.namespace)
+    services = tuple(_service(item, recipe.pools) for item in ns.service)
+    layout = GroupLayout(lws, size, namespace=ns.namespace, services=services)
     env = {k: v for k, v in os.environ.items() if k not in LWS_ENV}
     env.update({f"LLMD_{k.upper()}": str(v) for k, v in given.items() if v is not None})
     for item in ns.env:
@@ -143,3 +153,13 @@ def _pod_env(items: list[str], size: int) -> dict[int, dict[str, str]]:
             )
         per_pod.setdefault(int(index), {})[key] = value
     return per_pod
+
+
+def _service(item: str, pools: Collection[str]) -> tuple[str, str]:
+    from launcher.errors import ConfigError
+
+    pool, sep, name = item.partition("=")
+    if not (sep and pool and name) or pool not in pools:
+        fix = "e.g. --service mooncake-master=mooncake-master"
+        raise ConfigError.one("--service", f"{item!r} is not POOL=NAME with POOL a pool of the recipe", fix)
+    return pool, name

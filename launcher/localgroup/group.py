@@ -29,8 +29,9 @@ LWS_ENV = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "POD_IP",
 class LocalPod:
     index: int
     name: str  # the pod's name and hostname
-    address: str  # its DNS name under the LWS subdomain
+    address: str  # its DNS name under the LWS subdomain (a service pod: its Service's name)
     ip: str
+    service_pool: str | None = None  # a standalone pod of another pool behind a Service (`--service`)
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,7 @@ class GroupLayout:
     group: int = 0
     namespace: str = "default"
     network: ipaddress.IPv4Network = NETWORK
+    services: tuple[tuple[str, str], ...] = ()  # (pool, Service name): one pod each, beside the group
 
     @property
     def gateway(self) -> str:
@@ -58,17 +60,25 @@ class GroupLayout:
             name = f"{self.lws}-{self.group}" + (f"-{index}" if index else "")
             ip = str(self.network.network_address + FIRST_POD_HOST + index)
             pods.append(LocalPod(index, name, f"{name}.{self.lws}.{self.namespace}", ip))
+        for k, (pool, service) in enumerate(self.services, start=self.size):
+            ip = str(self.network.network_address + FIRST_POD_HOST + k)
+            pods.append(LocalPod(k, service, f"{service}.{self.namespace}", ip, service_pool=pool))
         return tuple(pods)
 
     def hosts(self, leader_resolves: bool) -> str:
         """/etc/hosts for every pod; without the leader's entry while its DNS record is not there yet."""
         lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
         for pod in self.pods:
-            if pod.index or leader_resolves:
+            if pod.service_pool is not None:  # a Service's cluster DNS names, short and long
+                lines.append(f"{pod.ip}\t{pod.name} {pod.address} {pod.address}.svc.cluster.local")
+            elif pod.index or leader_resolves:
                 lines.append(f"{pod.ip}\t{pod.address} {pod.name}")
         return "\n".join(lines) + "\n"
 
     def pod_env(self, pod: LocalPod) -> dict[str, str]:
+        if pod.service_pool is not None:  # a Deployment's pod: no LWS env
+            return {"LLMD_POOL": pod.service_pool, "POD_IP": pod.ip, "POD_NAME": pod.name,
+                    "POD_NAMESPACE": self.namespace}  # fmt: skip
         return {
             "LWS_LEADER_ADDRESS": self.leader_address,
             "LWS_GROUP_SIZE": str(self.size),
@@ -161,8 +171,22 @@ class LocalGroup:
         return RunningPod(pod, holder, directory / "output.log", directory / "termination-log")
 
     # ------------------------------------------------------------------ pods
-    def start_pods(self) -> None:
-        for running in self.pods:
+    def start_pods(self, services_ready_within: float = 120.0) -> None:
+        """Service pods first (what the group's pods connect to at start), then the group."""
+        services = [r for r in self.pods if r.pod.service_pool is not None]
+        self._start(services)
+        deadline = time.monotonic() + services_ready_within
+        while services and time.monotonic() < deadline:
+            if all((self._probe(r.pod, "readyz") or {}).get("ready") for r in services):
+                break
+            if any(r.proc is not None and r.proc.poll() is not None for r in services):
+                break
+            time.sleep(0.5)
+        self._start([r for r in self.pods if r.pod.service_pool is None])
+        self._write_manifest()
+
+    def _start(self, pods: list[RunningPod]) -> None:
+        for running in pods:
             pod, holder = running.pod, running.holder.pid
             env = {
                 **self.env,
@@ -183,7 +207,6 @@ class LocalGroup:
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # a terminal's Ctrl-C reaches the runner, which forwards it
                 )  # fmt: skip
-        self._write_manifest()
 
     def _write_manifest(self) -> None:
         pods = [
