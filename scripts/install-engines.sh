@@ -108,10 +108,28 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(vllm sglang sglang-full mooncake)
 for t in "${targets[@]}"; do
   case "$t" in
-    vllm) install_vllm ;;
-    sglang) install_sglang ;;
-    sglang-full) install_sglang_full ;;
-    mooncake) install_mooncake ;;
+    vllm | sglang | sglang-full | mooncake) ;;
     *) echo "install-engines: unknown engine '$t' (expected vllm, sglang, sglang-full or mooncake)" >&2; exit 2 ;;
   esac
 done
+# The venvs are independent, and installing is mostly waiting on disk and unpacking: install them side
+# by side, each into its own log, and fail with that log when one fails.
+apt_libibverbs  # apt, once, before any install runs beside it
+logs=$(mktemp -d)
+pids=()
+for t in "${targets[@]}"; do
+  ("install_${t//-/_}" >"$logs/$t.log" 2>&1) &
+  pids+=("$!")
+done
+failed=0
+for i in "${!targets[@]}"; do
+  if ! wait "${pids[$i]}"; then
+    failed=1
+    log "${targets[$i]}: FAILED; its output:"
+    tail -n 40 "$logs/${targets[$i]}.log" >&2
+  else
+    grep '^\[install-engines\]' "$logs/${targets[$i]}.log" >&2 || true
+  fi
+done
+rm -rf "$logs"
+exit "$failed"
