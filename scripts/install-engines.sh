@@ -94,6 +94,17 @@ PY
   echo "$stamp" >"$VENVS/sglang-full/.stamp"
 }
 
+install_pkgcheck() {
+  # A venv holding one real package the plans can need (fastsafetensors, a vLLM extra), for the
+  # packages preflight's positive case: tests/engines/test_host_packages.py (which runs offline).
+  local stamp="fastsafetensors==0.5.0;no-deps"
+  ready pkgcheck "$stamp" && { log "pkgcheck: up to date"; return; }
+  log "pkgcheck: installing $stamp"
+  fresh_venv pkgcheck
+  pipq pkgcheck install -q --no-deps fastsafetensors==0.5.0
+  echo "$stamp" >"$VENVS/pkgcheck/.stamp"
+}
+
 install_mooncake() {
   local stamp="mooncake-transfer-engine-non-cuda==0.3.13.post1"
   apt_libibverbs
@@ -105,11 +116,11 @@ install_mooncake() {
 }
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(vllm sglang sglang-full mooncake)
+[ ${#targets[@]} -gt 0 ] || targets=(vllm sglang sglang-full mooncake pkgcheck)
 for t in "${targets[@]}"; do
   case "$t" in
-    vllm | sglang | sglang-full | mooncake) ;;
-    *) echo "install-engines: unknown engine '$t' (expected vllm, sglang, sglang-full or mooncake)" >&2; exit 2 ;;
+    vllm | sglang | sglang-full | mooncake | pkgcheck) ;;
+    *) echo "install-engines: unknown engine '$t' (expected vllm, sglang, sglang-full, mooncake or pkgcheck)" >&2; exit 2 ;;
   esac
 done
 # The venvs are independent, and installing is mostly waiting on disk and unpacking: install them side

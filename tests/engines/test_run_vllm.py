@@ -29,7 +29,8 @@ def test_completion_through_the_launched_engine(vllm_pod: LauncherPod) -> None:
     output = vllm_pod.output()
     assert "engine | " in output and "render | " in output  # both passed through, named
     started = next(line for line in output.splitlines() if "started" in line and "process=engine" in line)
-    assert "'--shutdown-timeout', '17'" in started
+    # grace 30: drain 17 s, less the shared pod's 3 s of deregistration
+    assert "'--shutdown-timeout', '14'" in started
 
 
 def test_probes_name_the_start_up_phase_then_pass(vllm_pod: LauncherPod) -> None:
