@@ -7,21 +7,8 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import ConfigError
-from launcher.plan import FileSpec, Plan, PodIdentity, ProcessSpec, Role, RoleKind, ShutdownBudget
 from launcher.run import write_termination_message
 from launcher.supervise.outcome import TERMINATION_LIMIT, Outcome, exit_code_of
-
-
-def _plan(processes: list[ProcessSpec], files: tuple[FileSpec, ...] = (), model: str | None = None) -> Plan:
-    return Plan(
-        "r",
-        Role("p", RoleKind.LEADER),
-        PodIdentity(),
-        tuple(processes),
-        ShutdownBudget.from_grace(30),
-        files,
-        model_path=model,
-    )
 
 
 def test_exit_codes_follow_the_shell_convention() -> None:
