@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -36,13 +37,14 @@ sys.path.insert(0, str(REPO))
 from launcher.config.recipe import RecipeSource, load_recipe  # noqa: E402
 from launcher.config.settings import Settings  # noqa: E402
 from launcher.localgroup.group import GroupLayout, LocalGroup, run_group  # noqa: E402
+from launcher.plan import IFNAME_PLACEHOLDER  # noqa: E402
 from roles import build_plan  # noqa: E402
 from tests.engines.engine_venvs import engine_env  # noqa: E402
 from tests.group.conftest import prefill_recipe  # noqa: E402
 
 VENVS = Path(os.environ.get("LLMD_VENVS", REPO / ".venvs"))
 PROMPT = {"model": "tiny", "prompt": "one two three four " * 8, "max_tokens": 2}
-SAMPLE_SECONDS = 20.0  # the launchers' CPU is sampled over this long while the group serves
+SAMPLE_SECONDS = 10.0  # the launchers' CPU is sampled over this long while the group serves
 
 
 @dataclass
@@ -71,6 +73,11 @@ def pod_env(workdir: Path, recipe: Path) -> dict[str, str]:
         "LLMD_LOG_FORMAT": "json",
         "LLMD_RECIPE_FILE": str(recipe),
     }
+
+
+def in_pod(env: Mapping[str, str]) -> dict[str, str]:
+    """The plan's env as the launcher fills it in a local-group pod: its interface is eth0."""
+    return {k: v.replace(IFNAME_PLACEHOLDER, "eth0") for k, v in env.items()}
 
 
 def serving(ip: str) -> bool:
@@ -146,7 +153,12 @@ def bare_cycle(workdir: Path, recipe: Path, layout: GroupLayout) -> float | None
                             "--",
                             *argv,
                         ],
-                        env={**env, **lws, **engine.env},
+                        # the interface preflight finds in a launcher's pod: eth0 in local-group's pods
+                        env={
+                            **env,
+                            **lws,
+                            **{k: v.replace(IFNAME_PLACEHOLDER, "eth0") for k, v in engine.env.items()},
+                        },
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         start_new_session=True,
@@ -186,7 +198,8 @@ def wrong_group(workdir: Path, recipe: Path, cap: float) -> WrongGroup:
     holder = bare.pods[0].holder.pid
     proc = subprocess.Popen(
         ["nsenter", f"--net=/proc/{holder}/ns/net", "--", *argv],
-        env={**pod_env(workdir, recipe), **engine.env}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        env={**pod_env(workdir, recipe), **in_pod(engine.env)},
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,
     )  # fmt: skip
     began = time.monotonic()
