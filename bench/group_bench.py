@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from launcher.config.recipe import RecipeSource, load_recipe  # noqa: E402
 from launcher.config.settings import Settings  # noqa: E402
-from launcher.localgroup.group import GroupLayout, LocalGroup, run_group  # noqa: E402
+from launcher.localgroup.group import TAG, GroupLayout, LocalGroup, run_group  # noqa: E402
 from launcher.plan import IFNAME_PLACEHOLDER  # noqa: E402
 from roles import build_plan  # noqa: E402
 from tests.engines.engine_venvs import engine_env  # noqa: E402
@@ -198,7 +198,7 @@ def wrong_group(workdir: Path, recipe: Path, cap: float) -> WrongGroup:
     holder = bare.pods[0].holder.pid
     proc = subprocess.Popen(
         ["nsenter", f"--net=/proc/{holder}/ns/net", "--", *argv],
-        env={**pod_env(workdir, recipe), **in_pod(engine.env)},
+        env={**pod_env(workdir, recipe), **in_pod(engine.env), TAG: bare.tag},
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         start_new_session=True,
     )  # fmt: skip
