@@ -305,8 +305,15 @@ class LocalGroup:
             with contextlib.suppress(ProcessLookupError):
                 running.holder.kill()
             running.holder.wait()
-        # The pods' veths went with their namespaces; the bridge and the hosts mount are the runner's.
-        for argv in (("ip", "link", "del", BRIDGE), ("umount", "/etc/hosts"), ("umount", "/etc/resolv.conf")):
+        # A namespace is torn down asynchronously after its last process: delete each veth now (one end
+        # takes the other), so a next run can reuse the names at once. Then what is the runner's own.
+        veths = [("ip", "link", "del", f"llmd{r.pod.index}") for r in self.pods]
+        for argv in (
+            *veths,
+            ("ip", "link", "del", BRIDGE),
+            ("umount", "/etc/hosts"),
+            ("umount", "/etc/resolv.conf"),
+        ):
             subprocess.run(argv, capture_output=True, timeout=30, check=False)
         return left
 
