@@ -14,7 +14,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from tests.pods import RUN_TAG, tagged
+from tests.pods import RUN_TAG, LauncherPod, tagged
 from tests.supervisor.conftest import MakePod
 
 
@@ -81,9 +81,9 @@ def test_a_respawning_grandchild_never_outlives_the_launcher(make_pod: MakePod) 
         assert pod.leftovers() == [], (run, pod.output())
 
 
-def test_a_stalled_log_reader_does_not_freeze_the_launcher(make_pod: MakePod) -> None:
-    pod = make_pod({"STANDIN_ENGINE": "lines=20000"}, render=False)
-    env = {
+def _piped_env(pod: LauncherPod) -> dict[str, str]:
+    """The env LauncherPod.start would give, for a launcher whose output pipes the test holds itself."""
+    return {
         "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
         "HOME": str(pod.workdir),
         "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
@@ -96,6 +96,11 @@ def test_a_stalled_log_reader_does_not_freeze_the_launcher(make_pod: MakePod) ->
         RUN_TAG: pod.tag,
         **pod.env,
     }
+
+
+def test_a_stalled_log_reader_does_not_freeze_the_launcher(make_pod: MakePod) -> None:
+    pod = make_pod({"STANDIN_ENGINE": "lines=20000"}, render=False)
+    env = _piped_env(pod)
     proc = subprocess.Popen(
         [sys.executable, "-m", "launcher", "run"],
         env=env,
@@ -128,18 +133,7 @@ def test_a_stalled_log_reader_does_not_freeze_the_launcher(make_pod: MakePod) ->
 
 def test_dropped_lines_are_counted_once_the_reader_catches_up(make_pod: MakePod) -> None:
     pod = make_pod({"STANDIN_ENGINE": "lines=20000"}, render=False)
-    env = {
-        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",
-        "PYTHONPATH": str(Path(__file__).resolve().parents[2]),
-        "LLMD_TERMINATION_LOG": "",
-        "LLMD_SHM_DIR": "",
-        "LLMD_RUNTIME_DIR": str(pod.workdir / "run"),
-        "LLMD_LOG_FORMAT": "text",
-        "LLMD_PROBE_HOST": "127.0.0.1",
-        "LLMD_PROBE_PORT": str(pod.probe_port),
-        RUN_TAG: pod.tag,
-        **pod.env,
-    }
+    env = _piped_env(pod)
     proc = subprocess.Popen([sys.executable, "-m", "launcher", "run"], env=env, stderr=subprocess.PIPE)
     try:
         time.sleep(4)  # stalled: the engine's 3.4 MB of lines overflow the 1 MiB queue
