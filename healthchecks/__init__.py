@@ -6,4 +6,7 @@
 - metrics.py   Prometheus exposition, llmd_launcher_* names
 - server.py    the aiohttp probe server in the launcher's event loop
 - probe.py     `llm-d-launcher probe live|ready|startup`, for exec probes
+- kvevents.py  the KV-event watcher (msgspec decoding, gaps and replay) and the IPv6 relay
+- forward.py   forward progress: token counters, a one-token canary when idle, the stall verdict
+- peers.py     the LWS group's other launchers: one lost ends this pod
 """
