@@ -31,7 +31,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from tests.pods import free_port  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 EVENTS = 4  # BlockStored per batch, 32 token ids each
 RATES = (200, 2000)  # batches/s: a busy engine publishes about one per scheduler step

@@ -24,7 +24,8 @@ import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from tests.pods import STANDINS, LauncherPod, free_port  # noqa: E402
+from tests.pods import STANDINS, LauncherPod  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 from tests.supervisor.conftest import write_recipe  # noqa: E402
 
 STALL, CANARY, INTERVAL, TIMEOUT = 2.0, 2.0, 0.5, 1.0

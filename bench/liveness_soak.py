@@ -23,7 +23,8 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from tests.engines.engine_venvs import VENVS, engine_env  # noqa: E402
-from tests.pods import LauncherPod, free_port  # noqa: E402
+from tests.pods import LauncherPod  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 
 def tiny_model(root: Path) -> Path:

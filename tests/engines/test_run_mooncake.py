@@ -11,7 +11,8 @@ import httpx
 import pytest
 
 from tests.engines.engine_venvs import VENVS
-from tests.pods import LauncherPod, free_port
+from tests.pods import LauncherPod
+from tests.ports import free_port
 
 pytestmark = pytest.mark.engines
 

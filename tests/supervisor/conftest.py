@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.pods import STANDINS, LauncherPod, free_port
+from tests.pods import STANDINS, LauncherPod
+from tests.ports import free_port
 
 MakePod = Callable[..., LauncherPod]
 

@@ -12,7 +12,8 @@ import httpx
 import psutil
 import pytest
 
-from tests.pods import STANDINS, LauncherPod, free_port
+from tests.pods import STANDINS, LauncherPod
+from tests.ports import free_port
 
 
 @pytest.fixture
@@ -29,9 +30,7 @@ def _decode_pod(tmp_path: Path, env: dict[str, str]) -> LauncherPod:
     model.mkdir()
     (model / "config.json").write_text("{}")
     (model / "tokenizer.json").write_text("{}")
-    engine, supervisor, sidecar = free_port(), free_port(), free_port()
-    while {engine + 1, sidecar + 1} & {supervisor, sidecar, engine}:  # rank 1 takes the next port
-        engine, supervisor, sidecar = free_port(), free_port(), free_port()
+    engine, supervisor, sidecar = free_port(span=2), free_port(), free_port(span=2)  # rank 1: the next port
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(
         f"name: standin-decode\nmodel: {{path: {model}}}\ndefault_pool: decode\npools:\n  decode:\n"

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.pods import STANDINS, free_port
+from tests.pods import STANDINS
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 NINE_VETHS = "ip link set lo up; " + "; ".join(

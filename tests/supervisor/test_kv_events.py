@@ -13,7 +13,8 @@ from typing import Any
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.pods import STANDINS, LauncherPod, free_port
+from tests.pods import STANDINS, LauncherPod
+from tests.ports import free_port
 
 
 def kv_pod(
@@ -28,7 +29,7 @@ def kv_pod(
     model.mkdir()
     (model / "config.json").write_text("{}")
     (model / "tokenizer.json").write_text("{}")
-    port, kv, replay = free_port(), free_port(), free_port()
+    port, kv, replay = free_port(span=4), free_port(span=4), free_port(span=4)  # a port per local rank
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(
         f"name: standin-kv\nmodel: {{path: {model}, served_name: m}}\ndefault_pool: p\npools:\n  p:\n"

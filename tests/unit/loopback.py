@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 
@@ -11,9 +10,3 @@ class QuietLog:
 
     def __getattr__(self, _name: str) -> Any:
         return lambda *args, **kwargs: None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])

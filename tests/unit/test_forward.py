@@ -14,7 +14,8 @@ from healthchecks.forward import ForwardWatcher, token_sum
 from healthchecks.state import PodHealth
 from launcher.plan import Check, Probes, ProgressSource, ProgressWatch
 from launcher.supervise.outcome import RUNNING
-from tests.unit.loopback import QuietLog, free_port
+from tests.ports import free_port
+from tests.unit.loopback import QuietLog
 
 COUNTERS = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total")
 

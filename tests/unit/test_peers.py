@@ -9,7 +9,8 @@ from aiohttp import web
 
 from healthchecks.peers import PeerWatcher
 from launcher.plan import Check, Peer, Probes
-from tests.unit.loopback import QuietLog, free_port
+from tests.ports import free_port
+from tests.unit.loopback import QuietLog
 
 
 async def _serve(port: int, status: list[int]) -> web.AppRunner:

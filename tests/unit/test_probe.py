@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import socket
 import sys
 
 import pytest
@@ -15,6 +14,7 @@ from launcher.cli import main
 from launcher.plan import Check, Probes
 from launcher.redact import Scrubber
 from launcher.supervise.logs import configure
+from tests.ports import free_port
 
 
 @pytest.mark.parametrize("timeout", ["-1", "0", "nan", "inf", "-inf", "1e400"])
@@ -23,13 +23,6 @@ def test_probe_timeout_must_be_a_positive_number(timeout: str, capsys: pytest.Ca
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert len(err.splitlines()) == 1 and "--timeout" in err and "Traceback" not in err
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 async def _exchange(port: int, request: bytes) -> bytes:
@@ -56,7 +49,7 @@ REQUESTS = [
 
 def test_malformed_requests_are_refused_in_one_json_line_each(capsys: pytest.CaptureFixture[str]) -> None:
     configure(True, Scrubber([]), sys.stderr)
-    port = _free_port()
+    port = free_port()
     probes = Probes(port=port, ready=(Check("engine", "engine"),), started=Check("engine", "engine"))
 
     async def scenario() -> list[bytes]:
