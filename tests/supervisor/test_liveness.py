@@ -26,17 +26,23 @@ def test_a_stopped_engine_is_stalled_and_ends_the_pod_with_exit_5(make_pod: Make
     engine = pod.children()["engine"]
     stopped = time.monotonic()
     engine.send_signal(signal.SIGSTOP)
-    body = pod.wait_probe("livez", 503, timeout=10)
-    seen = time.monotonic() - stopped
-    assert body["reason"].startswith(f"engine stalled: engine (:{pod.port}) made no progress for ")
+    answers = []  # /livez until the pod ends: 200, then 503 naming the stall (perhaps too briefly to see)
+    while pod.proc is not None and pod.proc.poll() is None and time.monotonic() - stopped < 20:
+        answers.append(pod.probe("livez"))
+        time.sleep(0.05)
+    ended = time.monotonic() - stopped
     code = pod.finish()
     assert code == 5, pod.output()
+    for status, body in answers:
+        assert status in (200, None) or body["reason"].startswith(f"engine stalled: engine (:{pod.port})")
     assert pod.leftovers() == [], pod.output()
     message = pod.termination_log.read_text()
-    assert message.startswith("engine stalled: engine"), message
+    assert message.startswith(f"engine stalled: engine (:{pod.port}) made no progress for "), message
     assert "its canary timed out after 1 s" in message, message
-    # stall 1 s + /metrics timeout 0.5 s + canary 1 s + one interval 0.2 s, and slack for a loaded box
-    assert seen < 1 + 0.5 + 1 + 0.2 + 2, seen
+    # stall 1 s + /metrics timeout 0.5 s + canary 1 s + one interval 0.2 s, then at most the kill margin
+    # (3 s at the default 30 s grace; SIGCONT with the SIGTERM lets a stopped engine exit sooner), and
+    # slack for a loaded box; the sidecars' 8 s window it used to wait would not fit
+    assert ended < 1 + 0.5 + 1 + 0.2 + 3 + 2, (ended, pod.output())
 
 
 def test_an_engine_stopped_briefly_is_no_false_alarm(make_pod: MakePod) -> None:

@@ -153,7 +153,7 @@ class FakeSpawner:
         self.signals.append((self.loop.time(), child.name, sig))
         if sig == signal.SIGKILL:
             self._exit(child, -signal.SIGKILL)
-        elif child.script.on_sigterm is not None:
+        elif sig == signal.SIGTERM and child.script.on_sigterm is not None:
             self.loop.call_later(child.script.on_sigterm, self._exit, child, child.script.sigterm_code)
 
     def killpg(self, pgid: int, sig: int) -> None:
@@ -402,6 +402,18 @@ def test_a_condemned_pod_is_not_deregistered_first_and_exits_with_the_verdicts_c
     reason = "engine stalled: engine (:8000) made no progress for 80 s and its canary timed out after 20 s"
     outcome, _ = supervise(spawner, budget=DEREGISTER, condemn=(30, reason, EXIT_STALLED))
     assert spawner.signalled("engine", signal.SIGTERM) == [30]  # at once: nothing is served any more
+    assert (outcome.exit_code, outcome.reason) == (5, reason)
+
+
+def test_a_stalled_engine_deaf_to_sigterm_is_killed_after_the_kill_margin() -> None:
+    spawner = FakeSpawner({"engine": [Script(on_sigterm=None)], "render": [Script(on_sigterm=0.5)]})
+    reason = "engine stalled: engine (:8000) made no progress for 80 s and its canary timed out after 20 s"
+    outcome, _ = supervise(spawner, condemn=(30, reason, EXIT_STALLED))
+    assert spawner.signalled("engine", signal.SIGTERM)[0] == 30
+    assert spawner.signalled("engine", signal.SIGCONT) == [30]  # a SIGSTOPped engine may act on it
+    assert spawner.signalled("engine", signal.SIGKILL) == [pytest.approx(30 + BUDGET.kill_margin, abs=0.01)]
+    assert spawner.signalled("render", signal.SIGTERM)[0] == pytest.approx(30 + BUDGET.kill_margin, abs=0.01)
+    assert spawner.signalled("render", signal.SIGKILL) == []  # the sidecar still had its window
     assert (outcome.exit_code, outcome.reason) == (5, reason)
 
 
