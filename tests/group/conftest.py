@@ -45,9 +45,10 @@ def tp2_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_tiny_model(tmp_path_factory, "--kv-heads", "2")
 
 
-def prefill_recipe(path: Path, model: Path) -> Path:
-    """The guide's prefill shape on CPU: `multinode`, TP across 2 pods, render sidecar on the leader,
-    KV events with replay, prefix caching."""
+def prefill_recipe(path: Path, model: Path, render: bool = True) -> Path:
+    """The guide's prefill shape on CPU: `multinode`, TP across 2 pods, render sidecar on the leader
+    (unless `render` is off: the group benchmark compares the engines alone), KV events with replay,
+    prefix caching."""
     path.write_text(
         "name: tiny-group\n"
         f"model: {{path: {model}, served_name: tiny}}\n"
@@ -64,7 +65,7 @@ def prefill_recipe(path: Path, model: Path) -> Path:
         "           block-size: 32}\n"
         '    env: {VLLM_CPU_KVCACHE_SPACE: "1", PYTHONHASHSEED: "42"}\n'
         "    kv_events: {port: 5557, replay_port: 5567}\n"
-        "    render: {port: 8089}\n"
+        + ("    render: {port: 8089}\n" if render else "")
     )
     return path
 

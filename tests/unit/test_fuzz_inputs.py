@@ -13,10 +13,13 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from launcher.cli import main
+
+pytestmark = pytest.mark.fuzz
 
 SECRET = "hf_Fuzz5ecretValue9876543210"
 CASE_SECONDS = 5.0
