@@ -64,8 +64,7 @@ def prefill_recipe(path: Path, model: Path, render: bool = True) -> Path:
         "    args: {max-model-len: 512, dtype: float32, enforce-eager: true, enable-prefix-caching: true,\n"
         "           block-size: 32}\n"
         '    env: {VLLM_CPU_KVCACHE_SPACE: "1", PYTHONHASHSEED: "42"}\n'
-        "    kv_events: {port: 5557, replay_port: 5567}\n"
-        + ("    render: {port: 8089}\n" if render else "")
+        "    kv_events: {port: 5557, replay_port: 5567}\n" + ("    render: {port: 8089}\n" if render else "")
     )
     return path
 
