@@ -38,7 +38,7 @@ def pod(workdir: Path, extra: dict[str, str]) -> LauncherPod:
         "LLMD_RECIPE_FILE": str(write_recipe(workdir, port=port, render_port=None)),
         "POD_IP": "127.0.0.1",
         "LLMD_BIN_PATH": str(STANDINS),
-        "LLMD_GRACE_SECONDS": "6",  # a stopped engine ignores SIGTERM: SIGKILL after 2 s, not 8
+        "LLMD_GRACE_SECONDS": "6",  # a stalled engine that ignores SIGTERM is SIGKILLed after the kill margin
         **extra,
     }
     return LauncherPod(workdir, env, port=port)
@@ -59,7 +59,10 @@ def stall_trial(workdir: Path) -> tuple[float, float, int, str]:
         time.sleep(0.3)
         p.children()["engine"].send_signal(signal.SIGSTOP)
         stopped = time.monotonic()
-        p.wait_probe("livez", 503, timeout=30)
+        # The verdict: /livez 503 or, when the pod ends before a poll sees the 503, its exit.
+        assert p.proc is not None
+        while p.probe("livez")[0] != 503 and p.proc.poll() is None and time.monotonic() - stopped < 30:
+            time.sleep(0.05)
         verdict = time.monotonic() - stopped
         code = p.finish(timeout=60)
         gone = time.monotonic() - stopped
