@@ -44,6 +44,7 @@ class LauncherPod:
     probe_port: int = field(default_factory=free_port)  # the launcher's probe server
     seen: list[tuple[str, int | None, dict[str, Any]]] = field(default_factory=list)  # probe answers
     argv: list[str] = field(default_factory=lambda: ["run"])
+    wrapper: list[str] = field(default_factory=list)  # runs the launcher through it (unshare, prlimit)
     tag: str = field(default_factory=lambda: uuid.uuid4().hex)
     proc: subprocess.Popen[str] | None = None
     stdout: str = ""
@@ -68,7 +69,7 @@ class LauncherPod:
         self._out = open(self.workdir / "stdout", "w+")  # noqa: SIM115 - closed in finish()
         self._err = open(self.workdir / "stderr", "w+")  # noqa: SIM115
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "launcher", *self.argv],
+            [*self.wrapper, sys.executable, "-m", "launcher", *self.argv],
             env=env,
             cwd=self.workdir,
             stdout=self._out,

@@ -146,6 +146,26 @@ def _describe_pid(pid: int | None) -> str:
     return f"pid {pid} ({cmdline})"
 
 
+def check_proc(proc: str = "/proc") -> list[Problem]:
+    """The launcher tells its own processes (orphans included) from others through /proc, and signals
+    them all at a stop. In a PID namespace whose /proc is the host's (`unshare -pf` without
+    --mount-proc), this process is pid 1 and every process on the host would look like its child."""
+    try:
+        seen = os.readlink(f"{proc}/self")
+    except OSError as exc:
+        return [Problem("/proc", f"cannot be read ({exc.strerror})", "mount proc in the container")]
+    if seen != str(os.getpid()):
+        return [
+            Problem(
+                "/proc",
+                f"belongs to another PID namespace ({proc}/self is {seen}, this process is {os.getpid()}), "
+                "so the launcher could not tell its processes from the host's",
+                "mount a proc for this PID namespace (container runtimes do; with unshare, add --mount-proc)",
+            )
+        ]
+    return []
+
+
 def check_model(plan: Plan) -> list[Problem]:
     """A local model (an absolute path) must be mounted and hold a config.json; hub ids are left to
     the engine."""
@@ -301,6 +321,7 @@ async def run_preflight(plan: Plan, *, bin_path: str, runtime_dir: str, shm_dir:
     from launcher.supervise.host import check_host
 
     problems: list[Problem] = []
+    problems += await _bounded("/proc", check_proc)
     problems += await _bounded("model path", check_model, plan)
     problems += await _bounded("binaries", check_binaries, plan, bin_path)
     problems += await _bounded("runtime directory", check_runtime_dir, plan, runtime_dir)

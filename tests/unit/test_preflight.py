@@ -13,6 +13,7 @@ from launcher.supervise.preflight import (
     check_binaries,
     check_model,
     check_ports_free,
+    check_proc,
     check_runtime_dir,
     clean_shm,
 )
@@ -84,3 +85,17 @@ def test_runtime_dir_must_be_writable(tmp_path: Path) -> None:
     problems = check_runtime_dir(_plan([], files), str(blocker / "run"))
     assert problems and problems[0].setting == "LLMD_RUNTIME_DIR"
     assert check_runtime_dir(_plan([]), str(blocker / "run")) == []  # nothing to write: not checked
+
+
+def test_a_proc_of_another_pid_namespace_is_refused(tmp_path: Path) -> None:
+    ours, theirs, none = tmp_path / "ours", tmp_path / "theirs", tmp_path / "none"
+    for proc in (ours, theirs, none):
+        proc.mkdir()
+    (ours / "self").symlink_to(str(os.getpid()))
+    (theirs / "self").symlink_to("20908")  # pid 1 of `unshare -pf` reading the host's /proc
+    assert check_proc(str(ours)) == []
+    [problem] = check_proc(str(theirs))
+    assert problem.setting == "/proc" and "another PID namespace" in problem.message
+    assert "--mount-proc" in problem.fix
+    [problem] = check_proc(str(none))
+    assert problem.setting == "/proc" and "cannot be read" in problem.message
