@@ -361,8 +361,8 @@ class Supervisor:
             window = budget.engine_deadline if requested else budget.sidecar_window
             deadline = started + (budget.kill_margin if stalled else window)
             self._signal_main(engine, signal.SIGTERM)
-            if stalled:  # a stopped engine (SIGSTOP, a cgroup freezer) could not act on the SIGTERM
-                self._signal_main(engine, signal.SIGCONT)
+            if stalled and engine.pid is not None:  # a stopped process (SIGSTOP, a freezer) in its
+                self.spawner.killpg(engine.pid, signal.SIGCONT)  # group could not act on the SIGTERM
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(engine.exited.wait(), timeout=max(0.0, deadline - self.clock()))
             if engine.running:
