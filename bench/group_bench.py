@@ -154,12 +154,7 @@ def bare_cycle(workdir: Path, recipe: Path, layout: GroupLayout) -> float | None
                             "--",
                             *argv,
                         ],
-                        # the interface preflight finds in a launcher's pod: eth0 in local-group's pods
-                        env={
-                            **env,
-                            **lws,
-                            **{k: v.replace(IFNAME_PLACEHOLDER, "eth0") for k, v in engine.env.items()},
-                        },
+                        env={**env, **lws, **in_pod(engine.env)},
                         stdout=log,
                         stderr=subprocess.STDOUT,
                         start_new_session=True,
