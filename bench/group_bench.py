@@ -35,10 +35,10 @@ import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from launcher.config.recipe import RecipeSource, load_recipe  # noqa: E402
+from launcher.config.recipe_file import RecipeSource, load_recipe  # noqa: E402
 from launcher.config.settings import Settings  # noqa: E402
+from launcher.contract.plan import IFNAME_PLACEHOLDER  # noqa: E402
 from launcher.localgroup.group import TAG, GroupLayout, LocalGroup, run_group  # noqa: E402
-from launcher.plan import IFNAME_PLACEHOLDER  # noqa: E402
 from roles import build_plan  # noqa: E402
 from tests.engines.engine_venvs import engine_env  # noqa: E402
 from tests.group.conftest import prefill_recipe  # noqa: E402

@@ -124,7 +124,7 @@ def watcher_run(port: int, started: Any, poll: float) -> tuple[int, int, int, fl
     import structlog
 
     from healthchecks.kvevents import KvEventWatcher
-    from launcher.plan import KvEventSource, KvEventsWatch
+    from launcher.contract.plan import KvEventSource, KvEventsWatch
 
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))
     watch = KvEventsWatch((KvEventSource(0, port, None, free_port()),), silence_seconds=600)

@@ -10,7 +10,7 @@ import time
 from typing import TYPE_CHECKING
 
 from healthchecks.state import CheckResult, PodHealth
-from launcher.plan import Check, EventsFlowing, HttpCheck, TcpCheck
+from launcher.contract.plan import Check, EventsFlowing, HttpCheck, TcpCheck
 from launcher.supervise.logs import Log
 
 if TYPE_CHECKING:

@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from launcher.plan import ProgressSource, ProgressWatch
+from launcher.contract.plan import ProgressSource, ProgressWatch
 from launcher.supervise.logs import Log
 
 if TYPE_CHECKING:

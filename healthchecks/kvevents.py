@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import msgspec
 
-from launcher.plan import KvEventSource, KvEventsWatch
+from launcher.contract.plan import KvEventSource, KvEventsWatch
 from launcher.supervise.logs import Log
 
 if TYPE_CHECKING:

@@ -14,7 +14,7 @@ from healthchecks.forward import ForwardWatcher
 from healthchecks.kvevents import EVENT_TYPES, WatcherState
 from healthchecks.progress import PHASES
 from healthchecks.state import PodHealth
-from launcher.plan import ProcessSpec
+from launcher.contract.plan import ProcessSpec
 from launcher.supervise.outcome import exit_code_of
 
 PREFIX = "llmd_launcher_"

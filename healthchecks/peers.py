@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.plan import Peer, Probes
+from launcher.contract.plan import Peer, Probes
 from launcher.supervise.logs import Log
 
 

@@ -20,7 +20,7 @@ from aiohttp import web
 
 from healthchecks.metrics import build_registry
 from healthchecks.state import Answer, PodHealth
-from launcher.errors import ConfigError
+from launcher.contract.errors import ConfigError
 
 JSON = "application/json"
 

@@ -18,7 +18,7 @@ from healthchecks.progress import (
     STOPPING,
     StartupProgress,
 )
-from launcher.plan import Check, EventsFlowing, Probes, ProcessSpec
+from launcher.contract.plan import Check, EventsFlowing, Probes, ProcessSpec
 from launcher.supervise.outcome import Failed, Running, StopRequested, StopState
 
 if TYPE_CHECKING:

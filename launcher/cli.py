@@ -10,8 +10,8 @@ from typing import Any, NoReturn
 
 import launcher.early  # noqa: F401 - first: `run`'s signal handlers before any heavy import
 from launcher.config.defaults import PROBE_PORT
-from launcher.errors import ConfigError, Problem
-from launcher.redact import REDACTED, Scrubber, is_secret_name, secret_values
+from launcher.contract.errors import ConfigError, Problem
+from launcher.contract.redact import REDACTED, Scrubber, is_secret_name, secret_values
 
 _SETTINGS = "settings (CLI flags override env; env overrides the recipe's `launcher:` section):"
 _EXITS = """\
@@ -181,7 +181,7 @@ def _cli_settings(ns: argparse.Namespace) -> dict[str, object]:
 
 def _cmd_plan(ns: argparse.Namespace) -> int:
     from launcher import render
-    from launcher.config.recipe import load_recipe
+    from launcher.config.recipe_file import load_recipe
     from launcher.config.settings import load_settings
 
     settings = load_settings(**_cli_settings(ns))
@@ -218,7 +218,7 @@ def _notes_to_stderr(notes: Sequence[str], fmt: str) -> None:
 
 
 def _cmd_recipes() -> int:
-    from launcher.config.recipe import RecipeSource, builtin_recipe_names, load_recipe
+    from launcher.config.recipe_file import RecipeSource, builtin_recipe_names, load_recipe
 
     for name in builtin_recipe_names():
         recipe = load_recipe(RecipeSource(name, None))

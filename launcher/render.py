@@ -1,6 +1,6 @@
 """The dry-run: a Plan (or a whole LWS group) as readable text, a copy-pasteable shell script, or JSON.
 
-Every env mapping and argv passes through launcher.redact before it is printed.
+Every env mapping and argv passes through launcher.contract.redact before it is printed.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import shlex
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from launcher.plan import (
+from launcher.contract.plan import (
     IFNAME_PLACEHOLDER,
     Check,
     EventsFlowing,
@@ -28,7 +28,7 @@ from launcher.plan import (
     ShutdownBudget,
     TcpCheck,
 )
-from launcher.redact import REDACTED, is_secret_name, redact_argv, redact_env
+from launcher.contract.redact import REDACTED, is_secret_name, redact_argv, redact_env
 
 PLAN_SCHEMA = "llm-d-launcher/plan/v1"
 GROUP_SCHEMA = "llm-d-launcher/group/v1"

@@ -13,11 +13,11 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from launcher import early
-from launcher.addresses import is_ip
 from launcher.config.defaults import TERMINATION_LOG
-from launcher.errors import ConfigError, Problem
-from launcher.plan import Plan
-from launcher.redact import Scrubber, secret_values
+from launcher.contract.addresses import is_ip
+from launcher.contract.errors import ConfigError, Problem
+from launcher.contract.plan import Plan
+from launcher.contract.redact import Scrubber, secret_values
 from launcher.supervise.outcome import EXIT_STALLED, EXIT_STARTUP_DEADLINE, TERMINATION_LIMIT, Outcome
 
 if TYPE_CHECKING:
@@ -36,7 +36,7 @@ def run(cli_settings: dict[str, Any]) -> int:
     try:
         # Every input mistake surfaces here, before the async machinery is even imported: a bad
         # flag costs a fraction of a second, not an engine start.
-        from launcher.config.recipe import load_recipe
+        from launcher.config.recipe_file import load_recipe
         from launcher.config.settings import load_settings
         from roles import build_plan
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from launcher.config.recipe import MooncakeDonorPool, MooncakeMasterPool, Pool, Recipe, SglangPool, VllmPool
 from launcher.config.settings import Settings
-from launcher.plan import Plan, ShutdownBudget
+from launcher.contract.plan import Plan, ShutdownBudget
 from roles.context import BuildContext
 from roles.derive import derive_role
 

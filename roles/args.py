@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from typing import Literal
 
 from launcher.config.recipe import ArgValue
-from launcher.errors import ConfigError, Problem
-from launcher.redact import is_secret_flag
+from launcher.contract.errors import ConfigError, Problem
+from launcher.contract.redact import is_secret_flag
 
 Style = Literal["gnu", "gflags"]  # vLLM/SGLang: --flag value; Mooncake (gflags): --flag=value
 

@@ -6,10 +6,10 @@ import json
 import posixpath
 from typing import Any
 
-from launcher.addresses import host_port, is_ip
 from launcher.config.recipe import KVEventsSpec, MooncakeStoreSpec, NixlSpec
-from launcher.errors import ConfigError
-from launcher.plan import FileSpec
+from launcher.contract.addresses import host_port, is_ip
+from launcher.contract.errors import ConfigError
+from launcher.contract.plan import FileSpec
 from roles import topology
 
 

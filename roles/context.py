@@ -6,9 +6,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from launcher.config.defaults import PROBE_PORT
-from launcher.config.recipe import ArgValue, Recipe, RecipeSource
-from launcher.errors import ConfigError, Problem
-from launcher.plan import (
+from launcher.config.recipe import ArgValue, Recipe
+from launcher.config.recipe_file import RecipeSource
+from launcher.contract.errors import ConfigError, Problem
+from launcher.contract.plan import (
     FileSpec,
     KvEventsWatch,
     Plan,

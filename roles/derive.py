@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher.addresses import is_ip
 from launcher.config.recipe import MooncakeDonorPool, MooncakeMasterPool, Pool, Recipe, SglangPool, VllmPool
 from launcher.config.settings import Settings
-from launcher.errors import ConfigError, Problem
-from launcher.plan import LEADER_PLACEHOLDER, POD_IP_PLACEHOLDER, PodIdentity, Role, RoleKind
+from launcher.contract.addresses import is_ip
+from launcher.contract.errors import ConfigError, Problem
+from launcher.contract.plan import LEADER_PLACEHOLDER, POD_IP_PLACEHOLDER, PodIdentity, Role, RoleKind
 from roles import topology
 
 

@@ -13,8 +13,8 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from launcher.errors import Problem
-from launcher.redact import flag_name, is_secret_flag
+from launcher.contract.errors import Problem
+from launcher.contract.redact import flag_name, is_secret_flag
 from roles.args import Arg
 
 SKIP_FIX = "fix it, or set LLMD_CHECK_FLAGS=false if the image runs a newer engine than the catalogue"

@@ -13,7 +13,7 @@ from collections.abc import Callable, Sequence
 
 from launcher.config.recipe import Recipe
 from launcher.config.settings import Settings
-from launcher.plan import GroupCheck, GroupReport, Plan
+from launcher.contract.plan import GroupCheck, GroupReport, Plan
 from roles import build_plan
 from roles.derive import select_pool
 

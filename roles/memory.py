@@ -1,6 +1,6 @@
 """Host memory one pod of a pool allocates or pins, added up from its recipe pool: pure arithmetic
 that the memory preflight (against the container's limit and RLIMIT_MEMLOCK) and the manifests'
-memory requests and limits share, so the two cannot disagree (tests/unit/test_manifests.py).
+memory requests and limits share, so the two cannot disagree (tests/unit/deploy/test_manifests.py).
 
 Mooncake registers its segments for RDMA, so they are pinned, resident memory, charged to the pod:
 - vLLM's MooncakeStoreConnector: every GPU worker process holds its own store client, which mounts
@@ -28,8 +28,8 @@ from launcher.config.recipe import (
     VllmPool,
     parse_size,
 )
-from launcher.errors import ConfigError
-from launcher.plan import MemoryItem
+from launcher.contract.errors import ConfigError
+from launcher.contract.plan import MemoryItem
 
 GIB = 1 << 30
 MOONCAKE_DEFAULT_SEGMENT = 4 * GIB  # vLLM 0.32.0 DEFAULT_GLOBAL_SEGMENT_SIZE

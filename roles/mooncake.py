@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from launcher.config.recipe import Args, MooncakeDonorPool, MooncakeMasterPool
-from launcher.plan import HttpCheck, Plan, PortSpec, ProcessSpec
+from launcher.contract.plan import HttpCheck, Plan, PortSpec, ProcessSpec
 from roles.args import args_from
 from roles.context import BuildContext, owned_flags
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 from launcher.config.recipe import Pool, SglangPool, VllmPool
-from launcher.plan import (
+from launcher.contract.plan import (
     IFNAME_PLACEHOLDER,
     POD_IP_PLACEHOLDER,
     DerivedEnv,

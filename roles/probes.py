@@ -21,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 
-from launcher.addresses import is_ip
-from launcher.plan import (
+from launcher.contract.addresses import is_ip
+from launcher.contract.plan import (
     LEADER_PLACEHOLDER,
     Check,
     EventsFlowing,

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from launcher.addresses import host_port
 from launcher.config.recipe import SglangPool
-from launcher.plan import HttpCheck, Plan, PortSpec, ProcessSpec, ProgressSource, RoleKind
+from launcher.contract.addresses import host_port
+from launcher.contract.plan import HttpCheck, Plan, PortSpec, ProcessSpec, ProgressSource, RoleKind
 from roles.args import Arg, arg, args_from, flag_key
 from roles.context import BuildContext, owned_flags
 

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from launcher.config.recipe import VllmPool
-from launcher.plan import (
+from launcher.contract.plan import (
     FileSpec,
     HttpCheck,
     KvEventSource,
@@ -94,7 +94,7 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
     args += arg("port", pool.port)
     args += _topology_args(pool, ctx)
     args += arg("tensor-parallel-size", pool.tensor_parallel)
-    # Drain in-flight requests on SIGTERM, within the pod's grace period (launcher/plan.py ShutdownBudget).
+    # Drain in-flight requests on SIGTERM within the grace period (ShutdownBudget, launcher/contract/plan.py).
     args += arg("shutdown-timeout", ctx.shutdown.drain)
     if serves and ACCESS_LOG_FLAG not in pool.args:
         args += arg(ACCESS_LOG_FLAG, ",".join(_polled_paths(pool)))

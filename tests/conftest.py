@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from launcher.cli import main
-from launcher.config.recipe import read_recipe
+from launcher.config.recipe_file import read_recipe
 
 _POD_ENV = ("LWS_", "LLMD_", "POD_", "TPU_", "NODE_NAME")
 

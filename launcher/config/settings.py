@@ -29,11 +29,12 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from launcher.addresses import is_ip
 from launcher.config.defaults import PROBE_PORT, TERMINATION_LOG
-from launcher.config.recipe import EnvMap, RecipeSource, read_recipe
-from launcher.errors import ConfigError, Problem
-from launcher.redact import REDACTED, is_secret_name
+from launcher.config.recipe import EnvMap
+from launcher.config.recipe_file import RecipeSource, read_recipe
+from launcher.contract.addresses import is_ip
+from launcher.contract.errors import ConfigError, Problem
+from launcher.contract.redact import REDACTED, is_secret_name
 
 DEFAULT_RECIPE = "kimi-k3.1-pro"
 _DNS_NAME = re.compile(

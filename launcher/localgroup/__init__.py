@@ -75,9 +75,9 @@ def command(ns: argparse.Namespace, argv: list[str]) -> int:
     import shutil
     import tempfile
 
-    from launcher.config.recipe import load_recipe
+    from launcher.config.recipe_file import load_recipe
     from launcher.config.settings import load_settings
-    from launcher.errors import ConfigError
+    from launcher.contract.errors import ConfigError
     from launcher.localgroup.group import LWS_ENV, GroupLayout, LocalGroup, RunnerError, run_group
     from roles.derive import select_pool
 
@@ -125,7 +125,7 @@ def command(ns: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _seconds(text: str) -> float:
-    from launcher.errors import ConfigError
+    from launcher.contract.errors import ConfigError
 
     try:
         value = float(text)
@@ -139,7 +139,7 @@ def _seconds(text: str) -> float:
 
 
 def _pod_env(items: list[str], size: int) -> dict[int, dict[str, str]]:
-    from launcher.errors import ConfigError
+    from launcher.contract.errors import ConfigError
 
     per_pod: dict[int, dict[str, str]] = {}
     for item in items:
@@ -156,7 +156,7 @@ def _pod_env(items: list[str], size: int) -> dict[int, dict[str, str]]:
 
 
 def _service(item: str, pools: Collection[str]) -> tuple[str, str]:
-    from launcher.errors import ConfigError
+    from launcher.contract.errors import ConfigError
 
     pool, sep, name = item.partition("=")
     if not (sep and pool and name) or pool not in pools:

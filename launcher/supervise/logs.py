@@ -16,7 +16,7 @@ from typing import IO, Any, Protocol, TextIO
 
 import structlog
 
-from launcher.redact import REDACTED, Scrubber, is_secret_name, redact_env
+from launcher.contract.redact import REDACTED, Scrubber, is_secret_name, redact_env
 
 
 class Log(Protocol):

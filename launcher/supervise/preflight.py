@@ -18,8 +18,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from launcher.errors import ConfigError, Problem
-from launcher.plan import Plan
+from launcher.contract.errors import ConfigError, Problem
+from launcher.contract.plan import Plan
 from launcher.supervise.logs import Log
 from launcher.supervise.spawn import search_path
 

@@ -13,7 +13,7 @@ import subprocess
 from collections.abc import Callable
 from typing import IO, NamedTuple, Protocol
 
-from launcher.plan import ProcessSpec
+from launcher.contract.plan import ProcessSpec
 
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36

@@ -9,7 +9,7 @@ life cycle is scripted in unit tests and real in pods.
 - The engine is critical: when it exits, everything stops and the launcher exits with its code, so
   LWS (RecreateGroupOnPodRestart) recreates the group. Sidecars restart with exponential backoff,
   bounded per window; past the bound they are treated as critical.
-- Shutdown order (ShutdownBudget in launcher/plan.py): `stop` leaves Running (the probes report not
+- Shutdown order (ShutdownBudget in launcher/contract/plan.py): `stop` leaves Running (the probes report not
   ready from then on) -> on a requested stop, the deregistration delay (still serving) -> SIGTERM the
   engine's main process (it drains, then stops its own workers)
   -> SIGTERM sidecars and what is left of every group -> SIGKILL whatever is left at kill_at.
@@ -29,8 +29,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher.plan import FileSpec, Plan, ProcessSpec
-from launcher.redact import redact_argv
+from launcher.contract.plan import FileSpec, Plan, ProcessSpec
+from launcher.contract.redact import redact_argv
 from launcher.supervise.logs import TAIL_LINES, ChildOutput, LineReader, Log
 from launcher.supervise.outcome import (
     EXIT_ENGINE_QUIT,

@@ -14,7 +14,7 @@ import pytest
 import structlog
 
 from healthchecks.kvevents import KvEventWatcher
-from launcher.plan import KvEventSource, KvEventsWatch
+from launcher.contract.plan import KvEventSource, KvEventsWatch
 from tests.engines.conftest import BLOCK_SIZE, tiny_vllm_pod, watch_until_ready
 from tests.pods import LauncherPod
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from launcher.config.recipe import RecipeSource, load_recipe
+from launcher.config.recipe_file import RecipeSource, load_recipe
 from launcher.config.settings import Settings
 from roles import build_plan
 from tests.engines.engine_venvs import VENVS, engine_bin, run_checker

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from launcher.config.recipe import RecipeSource, builtin_recipe_names, load_recipe, validate_recipe
+from launcher.config.recipe_file import RecipeSource, builtin_recipe_names, load_recipe, validate_recipe
 from launcher.config.settings import Settings
-from launcher.plan import Plan
+from launcher.contract.plan import Plan
 from roles.group import plan_group
 from tests.engines.engine_venvs import run_checker
 

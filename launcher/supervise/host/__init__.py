@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launcher.errors import Problem
-from launcher.plan import Plan
+from launcher.contract.errors import Problem
+from launcher.contract.plan import Plan
 from launcher.supervise.host import checkpoint, memory, network, packages
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from launcher.errors import Problem
+from launcher.contract.errors import Problem
 
 INDEX = "model.safetensors.index.json"
 MAX_HEADER = 100 << 20  # safetensors refuses headers over 100 MB too

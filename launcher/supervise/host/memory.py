@@ -7,8 +7,8 @@ from __future__ import annotations
 import resource
 from pathlib import Path
 
-from launcher.errors import Problem
-from launcher.plan import Plan
+from launcher.contract.errors import Problem
+from launcher.contract.plan import Plan
 
 CAP_IPC_LOCK = 14
 _UNLIMITED_V1 = 1 << 62  # cgroup v1 reports "no limit" as a page-rounded LONG_MAX

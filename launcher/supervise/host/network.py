@@ -7,8 +7,8 @@ from __future__ import annotations
 import ipaddress
 import socket
 
-from launcher.errors import Problem
-from launcher.plan import IFNAME_PLACEHOLDER, Plan
+from launcher.contract.errors import Problem
+from launcher.contract.plan import IFNAME_PLACEHOLDER, Plan
 
 FIX = (
     "give the container POD_IP from fieldRef status.podIP, or set GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME "

@@ -11,8 +11,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from launcher.errors import Problem
-from launcher.plan import Plan
+from launcher.contract.errors import Problem
+from launcher.contract.plan import Plan
 from launcher.supervise.spawn import search_path
 
 PROBE_TIMEOUT = 15.0

@@ -1,0 +1,124 @@
+"""Secret values never leave the process: not in errors, the dry-run, the termination log or logs."""
+
+from __future__ import annotations
+
+import io
+import os
+from collections import deque
+from pathlib import Path
+
+import pytest
+
+from launcher.contract.redact import REDACTED, Scrubber, secret_values
+from launcher.supervise.logs import MAX_LINE, ChildOutput, LineReader
+from tests.conftest import Run
+
+SECRET = "hf_s3cr3tV4lue0123456789"
+HEAD = "name: x\nmodel: {path: m}\ndefault_pool: p\npools: {p: {kind: vllm}}\n"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        HEAD + f'env:\n  HF_TOKEN: "{SECRET}\n',  # unterminated quote
+        HEAD + f"env:\n  HF_TOKEN: {SECRET}\n  HF_TOKEN: {SECRET}\n",  # duplicate key
+        HEAD + f"env:\n  HF_TOKEN: {SECRET}\n  - {SECRET}\n",  # structure error on the secret's line
+        HEAD + f"env: {{HF_TOKEN: {SECRET}}}}}\n",
+    ],
+)
+def test_yaml_errors_do_not_quote_the_file(run_cli: Run, tmp_path: Path, text: str) -> None:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(text)
+    code, out, err = run_cli("plan", "--recipe-file", str(path))
+    assert code == 2 and "YAML" in err and SECRET not in out + err
+    log = tmp_path / "termination-log"
+    env = {"LLMD_TERMINATION_LOG": str(log), "LLMD_RECIPE_FILE": str(path)}
+    code, out, err = run_cli("run", env=env)
+    assert code == 2 and SECRET not in out + err
+    assert "YAML" in log.read_text() and SECRET not in log.read_text()
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        f"--hf-tok {SECRET}",
+        f"--api-ke={SECRET}",
+        f"--hf-token.x {SECRET}",
+        f"--hf-t {SECRET}",
+        f"--api_key {SECRET}",
+        f"--max-num-seqs 4 --api-key {SECRET} {SECRET}2",
+    ],
+)
+@pytest.mark.parametrize("check", ["true", "false"])
+def test_abbreviated_secret_flags_are_refused(run_cli: Run, extra: str, check: str) -> None:
+    env = {"LLMD_RECIPE": "vllm-single-pod", "LLMD_CHECK_FLAGS": check, "LLMD_EXTRA_ARGS": extra}
+    code, out, err = run_cli("plan", env=env)
+    assert code == 2 and out == "" and SECRET not in err
+
+
+@pytest.mark.parametrize("flag", ["hf-tok", "api-ke"])
+def test_abbreviated_secret_flags_in_a_recipe_are_refused(run_cli: Run, tmp_path: Path, flag: str) -> None:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(HEAD.replace("{kind: vllm}", f"{{kind: vllm, args: {{{flag}: {SECRET}}}}}"))
+    code, out, err = run_cli("plan", "--recipe-file", str(path), env={"LLMD_CHECK_FLAGS": "false"})
+    assert code == 2 and out == "" and SECRET not in err
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        f'{{middleware: ["--hf-token", "{SECRET}"]}}',
+        f'{{middleware: ["x", "--api-key={SECRET}"]}}',
+        f'{{served-model-name: "--hf-token={SECRET}"}}',
+        f'{{middleware: ["--hf-tok", "{SECRET}"]}}',
+    ],
+)
+def test_secret_flags_inside_recipe_values_are_refused(run_cli: Run, tmp_path: Path, args: str) -> None:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(HEAD.replace("{kind: vllm}", f"{{kind: vllm, args: {args}}}"))
+    code, out, err = run_cli("plan", "--recipe-file", str(path), env={"LLMD_CHECK_FLAGS": "false"})
+    assert code == 2 and out == "" and SECRET not in err
+
+
+def test_a_multi_line_secret_is_scrubbed_line_by_line() -> None:
+    key = "-----BEGIN KEY-----\nMIIEvQIBADANBgkqhkiG9w0B\r\nAQEFAASCBKcwggSjAgEAAoIBAQ\n-----END KEY-----"
+    scrub = Scrubber(secret_values({"TLS_KEY": key}))
+    for line in key.splitlines():
+        assert scrub(f"engine: {line} ok") == f"engine: {REDACTED} ok"
+    assert REDACTED in scrub(key) and "MIIE" not in scrub(key)
+
+
+class _Owner:
+    name = "engine"
+
+    def __init__(self) -> None:
+        self.tail: deque[str] = deque(maxlen=40)
+
+
+@pytest.mark.parametrize("offset", [-5, -1, 0, 1])
+def test_a_secret_across_the_piece_boundary_of_a_long_line_is_scrubbed(
+    offset: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr("sys.stdout", io.StringIO())
+    data = b"x" * (MAX_LINE + offset - len(SECRET) // 2) + SECRET.encode() + b"y" * 100_000 + b"\n"
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    owner = _Owner()
+    pipe = open(read, "rb", buffering=0)  # noqa: SIM115 - closed below
+    reader = LineReader(owner, "stderr", pipe, ChildOutput(False, Scrubber([SECRET])), None)
+    view = memoryview(data)
+    while view:
+        sent = os.write(write, view[:65536])
+        view = view[sent:]
+        while reader.read():
+            pass
+    os.close(write)
+    while reader.read() is not False:
+        pass
+    reader.flush()
+    pipe.close()
+    shown = "".join(owner.tail)
+    halves = SECRET[: len(SECRET) // 2], SECRET[len(SECRET) // 2 :]
+    assert shown.count(REDACTED) == 1 and not any(h in shown for h in halves), "secret not scrubbed"
+    expected = "x" * (MAX_LINE + offset - len(SECRET) // 2) + "y" * 100_000
+    assert shown.replace(REDACTED, "") == expected, "text lost"

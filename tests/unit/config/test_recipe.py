@@ -1,0 +1,90 @@
+"""launcher/config/recipe.py: recipes as data (built-in and mounted files), the `launcher:` section,
+extra args and env merged into the plan, and plans that depend on nothing but their inputs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from launcher.config.recipe_file import RecipeSource, builtin_recipe_names, load_recipe
+from tests.unit.user_recipe import USER_RECIPE, engine
+
+
+def test_recipe_file_launcher_section_is_validated(run_cli: Any, tmp_path: Path) -> None:
+    path = tmp_path / "r.yaml"
+    path.write_text(USER_RECIPE.replace("gpus_per_node: 1", "gpus_per_node: 2"))
+    code, _, err = run_cli("plan", env={"LLMD_RECIPE_FILE": str(path)})
+    assert code == 2 and "LLMD_GPUS_PER_NODE: is 2 but pool serve needs 1" in err
+
+
+def test_user_recipe_single_pod(plan_json: Any, user_recipe: str) -> None:
+    plan = plan_json(env={"LLMD_RECIPE_FILE": user_recipe, "POD_IP": "10.0.0.7"})
+    assert plan["recipe"] == "tiny" and plan["role"]["name"] == "serve-leader"
+    assert engine(plan)["argv"][:9] == [
+        "vllm", "serve", "/models/tiny", "--served-model-name", "tiny", "--port", "9000",
+        "--shutdown-timeout", "12",  # grace 30 s less the 5 s deregistration delay
+    ]  # fmt: skip
+    assert "--nnodes" not in engine(plan)["argv"]  # one pod: no multi-node flags
+    assert "--max-model-len" in engine(plan)["argv"]
+    assert '"topic":"kv@10.0.0.7:9000@tiny"' in " ".join(engine(plan)["argv"])
+
+
+def test_recipe_name_must_match_file(run_cli: Any, user_recipe: str) -> None:
+    code, _, err = run_cli("plan", env={"LLMD_RECIPE_FILE": user_recipe, "LLMD_RECIPE": "kimi-k3.1-pro"})
+    assert code == 2 and "LLMD_RECIPE" in err and "'tiny'" in err
+
+
+def test_builtin_recipes_are_data_for_more_than_kimi() -> None:
+    assert builtin_recipe_names() == ["kimi-k3.1-pro", "vllm-single-pod"]
+    single = load_recipe(RecipeSource("vllm-single-pod", None))
+    assert list(single.pools) == ["serve"] and single.model.path == "Qwen/Qwen3-0.6B"
+
+
+def test_recipes_command(run_cli: Any) -> None:
+    code, out, _ = run_cli("recipes")
+    assert code == 0
+    assert "kimi-k3.1-pro: prefill (vllm), decode (vllm), tpu (sglang), mooncake-master" in out
+    assert "vllm-single-pod: serve (vllm)" in out
+
+
+def test_extra_args_replace_recipe_flags_and_are_appended_last(plan_json: Any) -> None:
+    plan = plan_json(env={"LLMD_EXTRA_ARGS": "--max-num-seqs 64 --no-enable-prefix-caching --seed=7"})
+    argv = engine(plan)["argv"]
+    assert argv[-4:] == ["--max-num-seqs", "64", "--no-enable-prefix-caching", "--seed=7"]
+    assert argv.count("--max-num-seqs") == 1 and "--enable-prefix-caching" not in argv
+    assert "LLMD_EXTRA_ARGS: --max-num-seqs 64 replaces --max-num-seqs 32" in plan["notes"]
+
+
+def test_extra_env_reaches_every_process_and_overrides(plan_json: Any) -> None:
+    plan = plan_json("--env", "PYTHONHASHSEED=0", "--env", "VLLM_LOGGING_LEVEL=DEBUG")
+    for process in plan["processes"]:
+        assert process["env"]["VLLM_LOGGING_LEVEL"] == "DEBUG"
+    assert engine(plan)["env"]["PYTHONHASHSEED"] == "0"
+
+
+def test_ipv6_pod_and_leader_addresses_are_bracketed(plan_json: Any) -> None:
+    plan = plan_json(env={"LLMD_POOL": "tpu", "LWS_LEADER_ADDRESS": "fd00::1", "LWS_GROUP_SIZE": "4",
+                          "LWS_WORKER_INDEX": "1", "POD_IP": "fd00::2"})  # fmt: skip
+    assert "[fd00::1]:20000" in engine(plan)["argv"]
+    prefill = plan_json(env={"LWS_LEADER_ADDRESS": "fd00::1", "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "0",
+                             "POD_IP": "fd00::2"})  # fmt: skip
+    assert '"topic":"kv@[fd00::2]:8000@moonshotai/Kimi-K3.1-Pro"' in " ".join(engine(prefill)["argv"])
+
+
+def test_plans_do_not_depend_on_hash_seed_or_process() -> None:
+    """Byte-identical output from separate processes with different PYTHONHASHSEED."""
+    import subprocess
+    import sys
+
+    env = {"PATH": "/usr/bin:/bin", "LWS_LEADER_ADDRESS": "d-0.d", "LWS_GROUP_SIZE": "4",
+           "LWS_WORKER_INDEX": "2", "POD_IP": "10.0.0.3", "LLMD_POOL": "decode"}  # fmt: skip
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-m", "launcher", "plan", "--group", "--format", "json"],
+            env={**env, "PYTHONHASHSEED": seed},
+            capture_output=True,
+            check=True,
+        ).stdout
+        for seed in ("0", "1", "12345")
+    }
+    assert len(outputs) == 1

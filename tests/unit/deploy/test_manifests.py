@@ -1,0 +1,367 @@
+"""deploy/: the kustomize base and the GKE A4X-Max overlay render (`kubectl kustomize`), and every
+object is valid for its schema (LeaderWorkerSet: the LWS CRD; ComputeDomain: the NVIDIA DRA driver's
+CRD; the rest, ResourceClaimTemplate included: Kubernetes 1.33, strict). Every pod runs the launcher
+with env only, probes the launcher's endpoints with timings fit for a 45-minute load, plans without
+error, carries the serving label exactly when it serves, and holds the memory roles/memory.py
+computes; every name the guide's commands use exists."""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from launcher.config.defaults import PROBE_PORT
+from launcher.config.recipe import MooncakeDonorPool, SglangPool, VllmPool, parse_size
+from launcher.config.recipe_file import RecipeSource, load_recipe
+from launcher.config.settings import Settings
+from roles.memory import pod_memory
+
+ROOT = Path(__file__).resolve().parents[3]
+FIXTURES = ROOT / "tests" / "fixtures"
+CRD = FIXTURES / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
+COMPUTE_DOMAIN_CRD = FIXTURES / "resource.nvidia.com_computedomains.yaml"
+GUIDE = FIXTURES / "kimi-k3.1-pro-guide.md"
+BASE = ROOT / "deploy" / "kimi-k3.1-pro"
+OVERLAY = ROOT / "deploy" / "overlays" / "gke-a4x-max"
+PLAIN = [BASE / "tpu.yaml"]  # applied with `kubectl apply -f`, outside the GPU base
+K8S_VERSION = "1.33"
+# What the downward API and LWS give each pod (the addresses are examples).
+DOWNWARD = {"status.podIP": "10.64.0.10", "metadata.name": "pod-0", "metadata.namespace": "llm-d-kimi-k3-1",
+            "spec.nodeName": "node-a"}  # fmt: skip
+
+
+def kustomize(directory: Path) -> str:
+    """What `kubectl apply -k` would send (Debian: kubernetes-client; tests/run.sh installs it)."""
+    kubectl = shutil.which("kubectl")
+    assert kubectl, "kubectl is needed to render deploy/ (apt-get install kubernetes-client)"
+    done = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def documents() -> list[tuple[str, dict[str, Any]]]:
+    sources = [(f"{d.relative_to(ROOT)} (kustomize)", kustomize(d)) for d in (BASE, OVERLAY)]
+    sources += [(str(path.relative_to(ROOT)), path.read_text()) for path in PLAIN]
+    return [
+        (f"{source}#{doc['kind']}/{doc['metadata']['name']}", doc)
+        for source, text in sources
+        for doc in yaml.safe_load_all(text)
+        if doc
+    ]
+
+
+DOCS = documents()
+POD_KINDS = ("LeaderWorkerSet", "Deployment", "DaemonSet")
+# Each workload once: the overlay's version (with its claims) where it changes the base's.
+WORKLOADS = list(
+    {
+        (doc["kind"], doc["metadata"]["name"]): (name, doc) for name, doc in DOCS if doc["kind"] in POD_KINDS
+    }.values()
+)
+
+
+def strict(schema: Any) -> Any:
+    """kubectl --validate=strict: a field the schema does not know is an error, not silently pruned."""
+    if isinstance(schema, dict):
+        out = {k: strict(v) for k, v in schema.items()}
+        known = "properties" in out and "additionalProperties" not in out
+        if known and not out.get("x-kubernetes-preserve-unknown-fields"):
+            out["additionalProperties"] = False
+        return out
+    if isinstance(schema, list):
+        return [strict(v) for v in schema]
+    return schema
+
+
+@functools.cache
+def lws_validator() -> jsonschema.protocols.Validator:
+    crd = yaml.safe_load(CRD.read_text())
+    version = next(v for v in crd["spec"]["versions"] if v["name"] == "v1")
+    schema = strict(version["schema"]["openAPIV3Schema"])
+    return jsonschema.Draft7Validator(schema)
+
+
+@functools.cache
+def crd_validator(path: Path, version: str) -> jsonschema.protocols.Validator:
+    crd = next(d for d in yaml.safe_load_all(path.read_text()) if d)
+    schema = next(v for v in crd["spec"]["versions"] if v["name"] == version)["schema"]["openAPIV3Schema"]
+    return jsonschema.Draft7Validator(strict(schema))
+
+
+def validate(doc: dict[str, Any]) -> list[str]:
+    validator = None
+    if doc["kind"] == "LeaderWorkerSet":
+        assert doc["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
+        validator = lws_validator()
+    elif doc["kind"] == "ComputeDomain":
+        assert doc["apiVersion"] == "resource.nvidia.com/v1beta1"
+        validator = crd_validator(COMPUTE_DOMAIN_CRD, "v1beta1")
+    if validator is not None:
+        return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)]
+    try:
+        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        return [str(exc.message)]
+    return []
+
+
+def pod_spec(doc: dict[str, Any]) -> dict[str, Any]:
+    if doc["kind"] == "LeaderWorkerSet":
+        spec: dict[str, Any] = doc["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]
+        return spec
+    template: dict[str, Any] = doc["spec"]["template"]["spec"]
+    return template
+
+
+def pod_templates(doc: dict[str, Any]) -> list[dict[str, Any]]:
+    """The pod template of each pod of one group, by worker index (LWS: the leader template, when
+    given, for index 0); one template for the other kinds."""
+    if doc["kind"] != "LeaderWorkerSet":
+        return [doc["spec"]["template"]]
+    lwt = doc["spec"]["leaderWorkerTemplate"]
+    return [lwt.get("leaderTemplate", lwt["workerTemplate"]) if i == 0 else lwt["workerTemplate"]
+            for i in range(lwt["size"])]  # fmt: skip
+
+
+def container_env(container: dict[str, Any]) -> dict[str, str]:
+    """The env the container would see: literal values and downward-API fields (no secrets)."""
+    env = {}
+    for item in container.get("env", []):
+        if "value" in item:
+            env[item["name"]] = item["value"]
+        elif "fieldRef" in item.get("valueFrom", {}):
+            env[item["name"]] = DOWNWARD[item["valueFrom"]["fieldRef"]["fieldPath"]]
+    return env
+
+
+def test_there_is_a_manifest_for_every_pool_of_the_guide() -> None:
+    kinds = {
+        (doc["kind"], container_env(pod_spec(doc)["containers"][0])["LLMD_POOL"]) for _, doc in WORKLOADS
+    }
+    assert kinds == {
+        ("LeaderWorkerSet", "prefill"),
+        ("LeaderWorkerSet", "decode"),
+        ("LeaderWorkerSet", "tpu"),
+        ("Deployment", "mooncake-master"),
+        ("DaemonSet", "mooncake-donor"),
+    }
+    kinds = {doc["kind"] for _, doc in DOCS}
+    assert {"ComputeDomain", "ResourceClaimTemplate", "Service"} <= kinds
+
+
+@pytest.mark.parametrize(("name", "doc"), DOCS, ids=[name for name, _ in DOCS])
+def test_manifest_is_valid(name: str, doc: dict[str, Any]) -> None:
+    assert validate(doc) == []
+
+
+def test_the_validators_catch_mistakes() -> None:
+    """Negative controls: the checks above would fail on a broken manifest."""
+    lws = copy.deepcopy(next(doc for _, doc in DOCS if doc["kind"] == "LeaderWorkerSet"))
+    lws["spec"]["leaderWorkerTemplate"]["size"] = "two"
+    lws["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"][0]["startupProbe"]["httpGet"][
+        "pathh"
+    ] = "/startupz"
+    errors = validate(lws)
+    assert any("'two' is not of type 'integer'" in e for e in errors), errors
+    assert any("'pathh' was unexpected" in e for e in errors), errors
+    deployment = copy.deepcopy(next(doc for _, doc in DOCS if doc["kind"] == "Deployment"))
+    deployment["spec"]["template"]["spec"]["containers"][0]["terminationMessagePolicy"] = 7
+    assert validate(deployment)
+    domain = copy.deepcopy(next(doc for _, doc in DOCS if doc["kind"] == "ComputeDomain"))
+    domain["spec"]["numNodes"] = "ten"
+    assert any("'ten' is not of type 'integer'" in e for e in validate(domain))
+    claim = copy.deepcopy(next(doc for _, doc in DOCS if doc["kind"] == "ResourceClaimTemplate"))
+    claim["spec"]["spec"]["devices"]["requests"][0]["countt"] = 8
+    assert validate(claim)
+
+
+@pytest.mark.parametrize(("name", "doc"), WORKLOADS, ids=[name for name, _ in WORKLOADS])
+def test_every_pod_plans_without_error(name: str, doc: dict[str, Any], run_cli: Any) -> None:
+    container = pod_spec(doc)["containers"][0]
+    env = container_env(container)
+    if doc["kind"] == "LeaderWorkerSet":
+        size = doc["spec"]["leaderWorkerTemplate"]["size"]
+        leader = f"{doc['metadata']['name']}-0.{doc['metadata']['name']}.{doc['metadata']['namespace']}"
+        env |= {"LWS_LEADER_ADDRESS": leader, "LWS_GROUP_SIZE": str(size), "LWS_WORKER_INDEX": "0"}
+        code, out, err = run_cli("plan", "--group", "--format", "json", env=env)
+        assert code == 0, err
+        assert '"ok": true' in out and out.count('"schema": "llm-d-launcher/plan/v1"') == size
+    else:
+        code, _, err = run_cli("plan", env=env)
+        assert code == 0, err
+
+
+@pytest.mark.parametrize(("name", "doc"), WORKLOADS, ids=[name for name, _ in WORKLOADS])
+def test_env_only_and_probes_fit_a_long_load(name: str, doc: dict[str, Any]) -> None:
+    spec = pod_spec(doc)
+    (container,) = spec["containers"]
+    env = container_env(container)
+    assert "command" not in container and "args" not in container  # the image's ENTRYPOINT, env only
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert int(env["LLMD_GRACE_SECONDS"]) == spec["terminationGracePeriodSeconds"]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["probes"] == int(env.get("LLMD_PROBE_PORT", PROBE_PORT))
+    for probe, path in (
+        ("startupProbe", "/startupz"),
+        ("livenessProbe", "/livez"),
+        ("readinessProbe", "/readyz"),
+    ):
+        assert container[probe]["httpGet"] == {"path": path, "port": "probes"}
+        assert container[probe].get("initialDelaySeconds", 0) == 0
+    startup = container["startupProbe"]
+    if doc["kind"] == "LeaderWorkerSet":  # engines: 45 minutes of loading before the kubelet gives up
+        assert startup["periodSeconds"] * startup["failureThreshold"] >= 45 * 60
+    for secret in (e for e in container["env"] if "TOKEN" in e["name"]):
+        assert "secretKeyRef" in secret["valueFrom"]
+
+
+@pytest.mark.parametrize(("name", "doc"), WORKLOADS, ids=[name for name, _ in WORKLOADS])
+def test_the_startup_probe_outlasts_the_launchers_own_deadline(name: str, doc: dict[str, Any]) -> None:
+    """The launcher ends a pod whose start-up overran LLMD_STARTUP_SECONDS itself, naming the phase it
+    was stuck in; the kubelet's startup probe, which says only "probe failed", must not win the race:
+    its budget is the deadline plus two periods (the launcher's stop and termination message)."""
+    (container,) = pod_spec(doc)["containers"]
+    deadline = float(
+        container_env(container).get("LLMD_STARTUP_SECONDS", Settings.model_fields["startup_seconds"].default)
+    )
+    startup = container["startupProbe"]
+    budget = startup["periodSeconds"] * startup["failureThreshold"]
+    assert deadline > 0 and budget == deadline + 2 * startup["periodSeconds"]
+
+
+@pytest.mark.parametrize(
+    ("file", "pool"), [("prefill.yaml", "prefill"), ("decode.yaml", "decode"), ("tpu.yaml", "tpu")]
+)
+def test_groups_match_the_recipe(file: str, pool: str, run_cli: Any) -> None:
+    """replicas and size come from the recipe; the leader pod's container declares every port it uses."""
+    doc = yaml.safe_load((ROOT / "deploy" / "kimi-k3.1-pro" / file).read_text())
+    recipe_pool = load_recipe(RecipeSource("kimi-k3.1-pro", None)).pools[pool]
+    assert isinstance(recipe_pool, (VllmPool, SglangPool))
+    assert doc["spec"]["replicas"] == recipe_pool.replicas
+    assert doc["spec"]["leaderWorkerTemplate"]["size"] == recipe_pool.nodes
+    assert doc["spec"]["startupPolicy"] == "LeaderCreated"
+    assert doc["spec"]["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"
+    container = pod_spec(doc)["containers"][0]
+    env = container_env(container) | {"LWS_GROUP_SIZE": str(recipe_pool.nodes), "LWS_WORKER_INDEX": "0",
+                                      "LWS_LEADER_ADDRESS": "10.64.0.1"}  # fmt: skip
+    code, out, err = run_cli("plan", "--format", "json", env=env)
+    assert code == 0, err
+    plan = json.loads(out)
+    planned = {port["port"] for p in plan["processes"] for port in p["ports"]} | {plan["probes"]["port"]}
+    declared = {p["containerPort"] for p in container["ports"]}
+    # Data-parallel pods also listen on NIXL side channels per global rank, which differ per pod.
+    assert {p for p in planned if not 5600 <= p < 5616} <= declared
+
+
+API_PORT = re.compile(r"^(http|sidecar)")  # an engine's API port, or the sidecar in front of it
+
+
+@pytest.mark.parametrize(
+    ("name", "doc"),
+    [(n, d) for n, d in WORKLOADS if d["kind"] == "LeaderWorkerSet"],
+    ids=[n for n, d in WORKLOADS if d["kind"] == "LeaderWorkerSet"],
+)
+def test_only_pods_that_serve_carry_the_serving_label(name: str, doc: dict[str, Any], run_cli: Any) -> None:
+    """The router's InferencePool selects llm-d.ai/inference-serving: a headless worker selected would
+    get requests it cannot answer. Each pod's plan says whether it has an API port."""
+    templates = pod_templates(doc)
+    env = container_env(pod_spec(doc)["containers"][0]) | {
+        "LWS_LEADER_ADDRESS": "10.64.0.1", "LWS_GROUP_SIZE": str(len(templates)), "LWS_WORKER_INDEX": "0"
+    }  # fmt: skip
+    code, out, err = run_cli("plan", "--group", "--format", "json", env=env)
+    assert code == 0, err
+    plans = json.loads(out)["pods"]
+    assert len(plans) == len(templates)
+    for index, (plan, template) in enumerate(zip(plans, templates, strict=True)):
+        serves = any(API_PORT.match(port["name"]) for p in plan["processes"] for port in p["ports"])
+        labelled = template["metadata"]["labels"].get("llm-d.ai/inference-serving") == "true"
+        assert labelled == serves, f"pod {index}: serves={serves} but serving label={labelled}"
+
+
+def guide_names() -> set[tuple[str, str]]:
+    """(kind, name) of what the guide's commands name, for each accelerator / model server pair it
+    supports ("set ACCELERATOR_TYPE=tpu and MODEL_SERVER=sglang for the TPU 7x recipe")."""
+    text = GUIDE.read_text().replace("\\\n", " ")
+    names = set()
+    for accelerator, server in (("gpu", "vllm"), ("tpu", "sglang")):
+        line = text.replace("${ACCELERATOR_TYPE}", accelerator).replace("${MODEL_SERVER}", server)
+        names |= {
+            ("LeaderWorkerSet", n) for n in re.findall(r"^kubectl wait .*leaderworkerset/(\S+)", line, re.M)
+        }
+    names |= {("Secret", n) for n in re.findall(r"^kubectl create secret generic (\S+)", text, re.M)}
+    names |= {("PersistentVolumeClaim", n) for n in re.findall(r"^kubectl delete pvc (\S+)", text, re.M)}
+    names |= {("ComputeDomain", n) for n in re.findall(r"(kimi-k3-1-compute-domain)\b", text)}
+    names |= {("ResourceClaimTemplate", n) for n in re.findall(r"ResourceClaimTemplate \((\S+)\)", text)}
+    return names
+
+
+def deployed_names() -> set[tuple[str, str]]:
+    """What deploy/ creates, and the Secret and PVC (created by the guide's own steps) its pods use."""
+    names = {(doc["kind"], doc["metadata"]["name"]) for _, doc in DOCS}
+    for _, doc in WORKLOADS:
+        for template in pod_templates(doc):
+            spec = template["spec"]
+            names |= {("PersistentVolumeClaim", v["persistentVolumeClaim"]["claimName"])
+                      for v in spec.get("volumes", []) if "persistentVolumeClaim" in v}  # fmt: skip
+            names |= {("Secret", e["valueFrom"]["secretKeyRef"]["name"]) for c in spec["containers"]
+                      for e in c.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})}  # fmt: skip
+    return names
+
+
+def test_every_name_the_guides_commands_use_exists() -> None:
+    wanted = guide_names()
+    assert {
+        ("LeaderWorkerSet", "kimi-k3-1-gpu-vllm-decode"), ("LeaderWorkerSet", "kimi-k3-1-tpu-sglang-decode"),
+        ("Secret", "llm-d-hf-token"), ("PersistentVolumeClaim", "kimi-k3-1-models"),
+        ("ComputeDomain", "kimi-k3-1-compute-domain"),
+        ("ResourceClaimTemplate", "kimi-k3-1-gpu-vllm-rdma-nic"),
+    } <= wanted  # the extraction finds them (a control on the regexes)  # fmt: skip
+    assert wanted - deployed_names() == set()
+
+
+def test_the_overlay_claims_the_compute_domain_and_nics_on_every_gpu_pod() -> None:
+    overlay = {(d["kind"], d["metadata"]["name"]): d for n, d in DOCS if n.startswith("deploy/overlays")}
+    domain = overlay[("ComputeDomain", "kimi-k3-1-compute-domain")]
+    assert domain["spec"]["numNodes"] == 10
+    channel = domain["spec"]["channel"]["resourceClaimTemplate"]["name"]
+    nics = overlay[("ResourceClaimTemplate", "kimi-k3-1-gpu-vllm-rdma-nic")]["spec"]["spec"]["devices"][
+        "requests"
+    ]
+    assert [(r["deviceClassName"], r["count"]) for r in nics] == [("mrdma.google.com", 8)]
+    for pool in ("prefill", "decode"):
+        for template in pod_templates(overlay[("LeaderWorkerSet", f"kimi-k3-1-gpu-vllm-{pool}")]):
+            spec = template["spec"]
+            claims = {c["name"]: c["resourceClaimTemplateName"] for c in spec["resourceClaims"]}
+            assert claims == {"compute-domain": channel, "rdma-nics": "kimi-k3-1-gpu-vllm-rdma-nic"}
+            assert spec["containers"][0]["resources"]["claims"] == [{"name": n} for n in claims]
+
+
+@pytest.mark.parametrize(("name", "doc"), WORKLOADS, ids=[name for name, _ in WORKLOADS])
+def test_memory_holds_the_store_and_the_engine(name: str, doc: dict[str, Any]) -> None:
+    """Limits and requests hold what roles/memory.py computes from the recipe; /dev/shm is the
+    recipe's; whatever registers Mooncake memory for RDMA may lock it (IPC_LOCK)."""
+    recipe = load_recipe(RecipeSource("kimi-k3.1-pro", None))
+    for template in pod_templates(doc):
+        spec = template["spec"]
+        (container,) = spec["containers"]
+        pool = recipe.pools[container_env(container)["LLMD_POOL"]]
+        need = pod_memory(pool)
+        resources = container["resources"]
+        assert parse_size(resources["limits"]["memory"]) >= need.total
+        assert parse_size(resources["requests"]["memory"]) >= need.total
+        shm = [v["emptyDir"]["sizeLimit"] for v in spec.get("volumes", []) if v["name"] == "shm"]
+        assert [parse_size(s) for s in shm] == ([need.shm] if need.shm else [])
+        if need.segments:
+            assert "IPC_LOCK" in container["securityContext"]["capabilities"]["add"]
+    assert isinstance(pool, (VllmPool, SglangPool, MooncakeDonorPool)) or need.segments == 0

@@ -1,0 +1,157 @@
+"""ForwardWatcher against a fake engine API on loopback (in this process): moving token counters are
+progress and send nothing; still counters get one canary, whose answer is progress and whose timeout
+or error is a stall naming the server; the verdict shows on /livez."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from healthchecks.forward import ForwardWatcher, token_sum
+from healthchecks.state import PodHealth
+from launcher.contract.plan import Check, Probes, ProgressSource, ProgressWatch
+from launcher.supervise.outcome import RUNNING
+from tests.ports import free_port
+from tests.unit.healthchecks.loopback import QuietLog
+
+COUNTERS = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total")
+
+
+@dataclass
+class FakeEngine:
+    tokens: float = 0.0
+    busy: bool = False  # counters advance on every scrape, as under load
+    hang: bool = False  # completions never return, as with a stopped engine core
+    status: int = 200
+    canaries: list[dict[str, Any]] = field(default_factory=list)
+
+    async def metrics(self, _request: web.Request) -> web.Response:
+        if self.busy:
+            self.tokens += 7
+        text = (
+            "# TYPE vllm:generation_tokens_total counter\n"
+            f'vllm:generation_tokens_total{{engine="0",model_name="m"}} {self.tokens}\n'
+            f'vllm:prompt_tokens_total{{engine="0",model_name="m"}} {2 * self.tokens}\n'
+            "vllm:generation_tokens_created 1.7e9\n"
+        )
+        return web.Response(text=text)
+
+    async def completions(self, request: web.Request) -> web.Response:
+        self.canaries.append(await request.json())
+        if self.hang:
+            await asyncio.sleep(1.0)  # well past the canary's deadline; short so the server stops soon
+        self.tokens += 1
+        return web.json_response({"choices": [{"text": "!"}]}, status=self.status)
+
+
+async def _serve(engine: FakeEngine, port: int) -> web.AppRunner:
+    app = web.Application()
+    app.router.add_get("/metrics", engine.metrics)
+    app.router.add_post("/v1/completions", engine.completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner
+
+
+def _watch(port: int, stall: float = 0.3, canary: float = 0.3) -> ProgressWatch:
+    return ProgressWatch((ProgressSource("rank 3", port),), COUNTERS, "tiny", stall, canary)
+
+
+def _run(engine: FakeEngine, seconds: float, port: int | None = None, **kw: float) -> tuple[list[str], float]:
+    """Watch for `seconds` (or until a stall): the verdicts and when the first came."""
+
+    async def scenario() -> tuple[list[str], float]:
+        real = free_port()
+        runner = await _serve(engine, real)
+        verdicts: list[str] = []
+        watcher = ForwardWatcher(
+            _watch(port or real, **kw), lambda: True, 0.05, 0.5, verdicts.append, QuietLog()
+        )
+        began = asyncio.get_running_loop().time()
+        task = asyncio.create_task(watcher.run())
+        await asyncio.wait({task}, timeout=seconds)
+        took = asyncio.get_running_loop().time() - began
+        task.cancel()
+        await runner.cleanup()
+        return verdicts, took
+
+    return asyncio.run(scenario())
+
+
+class NoProcesses:
+    stop = RUNNING
+    processes: tuple[Any, ...] = ()
+
+    def process(self, _name: str) -> None:
+        return None
+
+
+def test_token_sum_adds_every_label_set_of_the_counters_only() -> None:
+    text = (
+        'vllm:generation_tokens_total{engine="0"} 5.0\nvllm:generation_tokens_total{engine="1"} 2\n'
+        "vllm:generation_tokens_created 99\nvllm:prompt_tokens_total 10\n# vllm:prompt_tokens_total 1\n"
+    )
+    assert token_sum(text, COUNTERS) == 17.0
+    assert token_sum("vllm:num_requests_running 0\n", COUNTERS) is None
+
+
+def test_a_busy_engine_is_never_canaried() -> None:
+    engine = FakeEngine(busy=True)
+    verdicts, _ = _run(engine, 1.2)
+    assert verdicts == [] and engine.canaries == []
+
+
+def test_an_idle_engine_gets_one_small_canary_per_window_and_is_not_stalled() -> None:
+    engine = FakeEngine()
+    verdicts, _ = _run(engine, 1.2, stall=0.4)
+    assert verdicts == []
+    assert 1 <= len(engine.canaries) <= 3  # about one per 0.4 s window over 1.2 s
+    assert engine.canaries[0] == {"model": "tiny", "prompt": "Hi", "max_tokens": 1, "temperature": 0}
+
+
+def test_a_hung_engine_is_stalled_within_stall_plus_canary_plus_an_interval() -> None:
+    engine = FakeEngine(hang=True)
+    verdicts, took = _run(engine, 5, stall=0.3, canary=0.3)
+    assert len(verdicts) == 1 and len(engine.canaries) == 1
+    assert verdicts[0].startswith("engine stalled: rank 3 (:")
+    assert "made no progress for 1 s" in verdicts[0] or "made no progress for 0 s" in verdicts[0]
+    assert "its canary timed out after 0.3 s" in verdicts[0]
+    assert took < 0.3 + 0.3 + 0.05 + 0.5  # one interval, and scheduling slack
+
+
+def test_a_canary_refused_with_an_error_status_is_a_stall() -> None:
+    verdicts, _ = _run(FakeEngine(status=500), 5)
+    assert len(verdicts) == 1 and "its canary failed: HTTP 500" in verdicts[0]
+
+
+def test_an_api_server_that_stops_answering_is_a_stall() -> None:
+    verdicts, _ = _run(FakeEngine(), 5, port=free_port())  # nothing listens there
+    assert len(verdicts) == 1 and "Connect" in verdicts[0] and "/metrics: GET /metrics" in verdicts[0]
+
+
+def test_nothing_is_judged_before_start_up_ended() -> None:
+    async def scenario() -> list[str]:
+        verdicts: list[str] = []
+        watcher = ForwardWatcher(_watch(free_port()), lambda: False, 0.05, 0.5, verdicts.append, QuietLog())
+        task = asyncio.create_task(watcher.run())
+        await asyncio.sleep(1)
+        task.cancel()
+        return verdicts
+
+    assert asyncio.run(scenario()) == []
+
+
+def test_livez_tells_the_stall_with_the_rank_and_the_canarys_outcome() -> None:
+    health = PodHealth(Probes(8090, ready=(), started=Check("engine", "engine")))
+    health.attach(NoProcesses())
+    watcher = ForwardWatcher(_watch(8000), lambda: True, 1, 1, lambda _: None, QuietLog())
+    health.forward = watcher
+    live, body = health.liveness()
+    assert live and body == {"live": True, "phase": "starting processes"}
+    watcher.stalled = "engine stalled: rank 3 (:8000) made no progress for 61 s and its canary timed out"
+    live, body = health.liveness()
+    assert not live and body["reason"].startswith("engine stalled: rank 3")

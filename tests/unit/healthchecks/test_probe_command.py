@@ -1,0 +1,73 @@
+"""Bad input to the exec probe and to the probe server: one line, never a traceback, never 200."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+
+import pytest
+
+from healthchecks.server import ProbeServer
+from healthchecks.state import PodHealth
+from launcher.cli import main
+from launcher.contract.plan import Check, Probes
+from launcher.contract.redact import Scrubber
+from launcher.supervise.logs import configure
+from tests.ports import free_port
+
+
+@pytest.mark.parametrize("timeout", ["-1", "0", "nan", "inf", "-inf", "1e400"])
+def test_probe_timeout_must_be_a_positive_number(timeout: str, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["probe", "live", "--port", "1", f"--timeout={timeout}"])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and "--timeout" in err and "Traceback" not in err
+
+
+async def _exchange(port: int, request: bytes) -> bytes:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    await writer.drain()
+    try:
+        return await asyncio.wait_for(reader.read(4096), 2)
+    except asyncio.TimeoutError:
+        return b""
+    finally:
+        writer.close()
+
+
+REQUESTS = [
+    b"GET /livez HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n",
+    b"GET /livez HTTP/1.1\r\nContent-Length: x\r\n\r\n",
+    b"\x16\x03\x01\x02\x00garbage\r\n\r\n",
+    b"GET /livez HTTP/9.9\r\n\r\n",
+    b"GET /livez HTTP/0.9\r\n\r\n",
+    b"GET /livez\r\n\r\n",
+]
+
+
+def test_malformed_requests_are_refused_in_one_json_line_each(capsys: pytest.CaptureFixture[str]) -> None:
+    configure(True, Scrubber([]), sys.stderr)
+    port = free_port()
+    probes = Probes(port=port, ready=(Check("engine", "engine"),), started=Check("engine", "engine"))
+
+    async def scenario() -> list[bytes]:
+        server = ProbeServer(PodHealth(probes), "127.0.0.1", port)
+        await server.start()
+        try:
+            answers = [await _exchange(port, request) for request in REQUESTS]
+            answers.append(await _exchange(port, b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n"))
+            return answers
+        finally:
+            await server.stop()
+
+    answers = asyncio.run(scenario())
+    *bad, good = answers
+    assert good.startswith(b"HTTP/1.1 200 ")
+    for request, answer in zip(REQUESTS, bad, strict=True):
+        assert b" 200 " not in answer.split(b"\r\n")[0], request
+    err = capsys.readouterr().err
+    assert "bad request" in err  # the malformed requests are reported, each on its own line
+    for line in err.splitlines():
+        assert isinstance(json.loads(line), dict), line

@@ -1,0 +1,61 @@
+"""launcher/supervise/outcome.py: exit codes and the termination message (written by launcher/run.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from launcher.contract.errors import ConfigError
+from launcher.run import write_termination_message
+from launcher.supervise.outcome import TERMINATION_LIMIT, Outcome, exit_code_of
+
+
+def test_exit_codes_follow_the_shell_convention() -> None:
+    assert (exit_code_of(0), exit_code_of(3), exit_code_of(-9), exit_code_of(-15)) == (0, 3, 137, 143)
+
+
+def test_termination_message_keeps_the_reason_and_the_newest_lines() -> None:
+    outcome = Outcome(3, "engine exited with code 3", [f"line {i} " + "x" * 200 for i in range(100)])
+    message = outcome.termination_message()
+    assert len(message.encode()) <= TERMINATION_LIMIT
+    lines = message.splitlines()
+    assert lines[:3] == ["engine exited with code 3", "last output:", "…"]
+    assert lines[-1].startswith("line 99 ")
+    assert Outcome(1, "short", ["a", "b"]).termination_message() == "short\nlast output:\na\nb"
+
+
+def test_termination_message_keeps_the_head_within_4_kib(tmp_path: Path) -> None:
+    path = tmp_path / "termination-log"
+    message = "engine exited with code 3\n" + "é" * 5000
+    write_termination_message(str(path), message)
+    written = path.read_bytes()
+    assert len(written) <= TERMINATION_LIMIT
+    assert written.decode().startswith("engine exited with code 3\n")  # cut at a character boundary
+
+
+def test_termination_message_skipped_quietly_when_not_writable(tmp_path: Path) -> None:
+    write_termination_message(str(tmp_path / "missing-dir" / "log"), "reason")
+    write_termination_message("", "reason")
+
+
+def test_unknown_placeholder_refuses_to_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`run` never starts a plan with a $(POD_IP) left in it."""
+    import asyncio
+
+    import structlog
+
+    from healthchecks.state import PodHealth
+    from launcher.config.recipe_file import RecipeSource, load_recipe
+    from launcher.config.settings import load_settings
+    from launcher.run import _prepare
+    from roles import build_plan
+
+    monkeypatch.setenv("LLMD_RECIPE", "vllm-single-pod")
+    settings = load_settings()
+    recipe = load_recipe(RecipeSource("vllm-single-pod", None))
+    plan = build_plan(settings, recipe)
+    with pytest.raises(ConfigError) as err:
+        assert plan.probes is not None
+        asyncio.run(_prepare(settings, recipe, plan, structlog.get_logger(), ["x"], PodHealth(plan.probes)))
+    assert str(err.value).startswith("POD_IP: is not set but the plan needs it")
