@@ -483,7 +483,9 @@ class KvEventWatcher:
             while True:
                 await asyncio.sleep(every)
                 for stats in self.state.ranks.values():
-                    count = await _requests_served(session, self.host, stats.source.api_port)
+                    count = await _requests_served(
+                        session, self.host, stats.source.api_port, self.watch.served_metrics
+                    )
                     if count is None:
                         continue
                     if count > served.get(stats.source.rank, count):
@@ -526,8 +528,11 @@ class KvEventWatcher:
             self.log.warning(message + " (logged once)", **fields)
 
 
-async def _requests_served(session: aiohttp.ClientSession, host: str, port: int) -> float | None:
-    """Requests this rank finished or is running, from vLLM's /metrics; None when it does not answer."""
+async def _requests_served(
+    session: aiohttp.ClientSession, host: str, port: int, families: Sequence[str]
+) -> float | None:
+    """Requests this rank finished or is running (the sum of the plan's served-request families on
+    the engine's /metrics); None when it does not answer."""
     from prometheus_client.parser import text_string_to_metric_families
 
     try:
@@ -539,7 +544,7 @@ async def _requests_served(session: aiohttp.ClientSession, host: str, port: int)
         return None
     total = 0.0
     for family in text_string_to_metric_families(text):
-        if family.name.removesuffix("_total") in ("vllm:request_success", "vllm:num_requests_running"):
+        if family.name.removesuffix("_total") in families:
             total += sum(sample.value for sample in family.samples if not sample.name.endswith("_created"))
     return total
 

@@ -12,8 +12,8 @@ from prometheus_client.registry import Collector
 
 from healthchecks.forward import ForwardWatcher
 from healthchecks.kvevents import EVENT_TYPES, WatcherState
-from healthchecks.progress import PHASES
 from healthchecks.state import PodHealth
+from launcher.contract.phases import PHASES
 from launcher.contract.plan import ProcessSpec
 from launcher.supervise.outcome import exit_code_of
 

@@ -10,14 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from healthchecks.progress import (
-    LOADING_WEIGHTS,
-    PREFLIGHT,
-    STARTED,
-    STARTING,
-    STOPPING,
-    StartupProgress,
-)
+from healthchecks.progress import StartupProgress
+from launcher.contract.phases import LOADING_WEIGHTS, PREFLIGHT, STARTED, STARTING, STOPPING
 from launcher.contract.plan import Check, EventsFlowing, Probes, ProcessSpec
 from launcher.supervise.outcome import Failed, Running, StopRequested, StopState
 

@@ -170,7 +170,7 @@ def _probes_dict(probes: Probes) -> dict[str, Any]:
         "port": probes.port,
         "ready": [_check_dict(c) for c in probes.ready],
         "started": _check_dict(probes.started),
-        "progress": probes.progress,
+        "progress": None if probes.progress is None else probes.progress.engine,
         "peers": [{"name": p.name, "host": p.host, "port": p.port} for p in probes.peers],
         "peer_lost_seconds": probes.peer_lost_seconds,
         "forward": None if probes.forward is None else _forward_dict(probes.forward),
@@ -308,7 +308,7 @@ def _check_text(check: Check) -> str:
 
 
 def _probes_text(probes: Probes) -> list[str]:
-    progress = f"; start-up progress read from {probes.progress}'s output" if probes.progress else ""
+    progress = f"; start-up progress read from {probes.progress.engine}'s output" if probes.progress else ""
     out = [
         f"probes on :{probes.port} (/livez /readyz /startupz /metrics)",
         "  ready when: " + ", ".join(_check_text(c) for c in probes.ready),

@@ -174,7 +174,7 @@ async def _run(settings: Settings, recipe: Recipe, plan: Plan, log: Log, output:
             background.append(asyncio.create_task(_startup_deadline(health, startup, supervisor)))
         if plan.probes.forward is not None:
             from healthchecks.forward import ForwardWatcher
-            from healthchecks.progress import STOPPING
+            from launcher.contract.phases import STOPPING
 
             def stalled(reason: str) -> None:
                 supervisor.condemn(reason, EXIT_STALLED)
@@ -236,7 +236,7 @@ async def _prepare(
     settings: Settings, recipe: Recipe, plan: Plan, log: Log, stage: list[str], health: PodHealth
 ) -> Plan:
     """The plan as the pod will run it: the leader's name replaced by its IP, every check passed."""
-    from healthchecks.progress import PREFLIGHT, WAITING_FOR_LEADER
+    from launcher.contract.phases import PREFLIGHT, WAITING_FOR_LEADER
     from launcher.supervise.preflight import resolve_leader, run_preflight
     from roles import build_plan
 

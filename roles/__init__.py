@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from launcher.config.recipe import MooncakeDonorPool, MooncakeMasterPool, Pool, Recipe, SglangPool, VllmPool
+from launcher.config.recipe import Recipe
 from launcher.config.settings import Settings
 from launcher.contract.plan import Plan, ShutdownBudget
 from roles.context import BuildContext
@@ -28,23 +28,9 @@ def build_plan(settings: Settings, recipe: Recipe, group_member: int | None = No
         canary_seconds=settings.canary_seconds,
         startup_seconds=settings.startup_seconds,
     )
+    from roles.engines import family_of
     from roles.needs import with_host_needs
 
-    return with_host_needs(_build(ctx, derived.pool), derived.pool, derived.role.pool, derived.pod.pod_ip)
-
-
-def _build(ctx: BuildContext, pool: Pool) -> Plan:
-    if isinstance(pool, VllmPool):
-        from roles.vllm import build_vllm_plan
-
-        return build_vllm_plan(ctx, pool)
-    if isinstance(pool, SglangPool):
-        from roles.sglang import build_sglang_plan
-
-        return build_sglang_plan(ctx, pool)
-    from roles.mooncake import build_donor_plan, build_master_plan
-
-    if isinstance(pool, MooncakeMasterPool):
-        return build_master_plan(ctx, pool)
-    assert isinstance(pool, MooncakeDonorPool)
-    return build_donor_plan(ctx, pool)
+    family = family_of(derived.pool)
+    plan = family.build(ctx, derived.pool)
+    return with_host_needs(plan, family, derived.pool, derived.role.pool, derived.pod.pod_ip)

@@ -18,6 +18,7 @@ from launcher.contract.plan import (
     ProgressWatch,
     Role,
     ShutdownBudget,
+    StartupOutput,
 )
 from roles.args import Arg, args_from, flag_key, flatten, merge_extra, split_extra_args
 from roles.derive import PodFacts
@@ -63,10 +64,10 @@ class BuildContext:
             return None
         return ProgressWatch(tuple(sources), counters, model, self.stall_seconds, self.canary_seconds)
 
-    def startup_env(self, name: str) -> dict[str, str]:
+    def startup_env(self, name: str | None) -> dict[str, str]:
         """An engine start-up timeout that would fire before the launcher's deadline, raised to it
         (the recipe's env, layered above, still wins)."""
-        if self.startup_seconds <= 0:
+        if self.startup_seconds <= 0 or name is None:
             return {}
         return {name: str(int(self.startup_seconds))}
 
@@ -115,11 +116,12 @@ class BuildContext:
         notes: list[str] | None = None,
         model_path: str | None = None,
         leader_port: int | None = None,
-        progress: str | None = None,
+        progress: StartupOutput | None = None,
         kv_events: KvEventsWatch | None = None,
         forward: ProgressWatch | None = None,
     ) -> Plan:
-        """leader_port: the leader's API port, which workers watch; progress: the engine's log parser."""
+        """leader_port: the leader's API port, which workers watch; progress: how the engine's output
+        tells its start-up phase."""
         files = files or []
         for process in processes:
             for port in process.ports:

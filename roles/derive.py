@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from launcher.config.recipe import MooncakeDonorPool, MooncakeMasterPool, Pool, Recipe, SglangPool, VllmPool
+from launcher.config.recipe import EnginePool, Pool, Recipe
 from launcher.config.settings import Settings
 from launcher.contract.addresses import is_ip
 from launcher.contract.errors import ConfigError, Problem
@@ -44,9 +44,10 @@ def derive_role(settings: Settings, recipe: Recipe, group_member: int | None = N
     """This pod's role; with `group_member`, the role of that pod of the group (`plan --group`),
     whose IP is its own and so shown as a placeholder."""
     pool_name, pool = select_pool(settings, recipe)
-    if isinstance(pool, (MooncakeMasterPool, MooncakeDonorPool)):
+    if not isinstance(pool, EnginePool):  # a service: one pod, not an LWS group
         return _service_role(settings, pool_name, pool, group_member is not None)
-    return _engine_role(settings, pool_name, pool, group_member)
+    role, pod = _engine_role(settings, pool_name, pool, group_member)
+    return Derived(pool, role, pod)
 
 
 def _pod(settings: Settings, in_group: bool, placeholders: list[str], notes: list[str]) -> PodFacts:
@@ -72,8 +73,8 @@ def _service_role(settings: Settings, pool_name: str, pool: Pool, in_group: bool
 
 
 def _engine_role(
-    settings: Settings, pool_name: str, pool: VllmPool | SglangPool, group_member: int | None
-) -> Derived:
+    settings: Settings, pool_name: str, pool: EnginePool, group_member: int | None
+) -> tuple[Role, PodFacts]:
     problems: list[Problem] = []
     notes: list[str] = []
     placeholders: list[str] = []
@@ -137,14 +138,14 @@ def _engine_role(
     if problems:
         raise ConfigError(problems)
 
-    if isinstance(pool, VllmPool) and pool.layout == "data-parallel":
+    if pool.local_ranks > 1:  # vLLM's layout data-parallel, the only one with several ranks per pod
         ranks = topology.dp_rank_range(index, pool.local_ranks)
         size = topology.dp_size(group_size, pool.local_ranks)
         role = Role(pool_name, RoleKind.DP_RANKS, index, group_size, leader, ranks, size)
     else:
         kind = RoleKind.LEADER if index == 0 else RoleKind.WORKER
         role = Role(pool_name, kind, index, group_size, leader)
-    return Derived(pool, role, _pod(settings, group_member is not None, placeholders, notes))
+    return role, _pod(settings, group_member is not None, placeholders, notes)
 
 
 def _tpu_problems(settings: Settings, index: int, group_size: int) -> list[Problem]:

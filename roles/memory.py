@@ -16,24 +16,13 @@ Sizes are read the way vLLM reads them: GB, MB, KB are powers of 1024 (launcher/
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from launcher.config.recipe import (
-    MooncakeDonorPool,
-    MooncakeMasterPool,
-    Pool,
-    SglangPool,
-    VllmPool,
-    parse_size,
-)
+from launcher.config.recipe import Pool, parse_size
 from launcher.contract.errors import ConfigError
 from launcher.contract.plan import MemoryItem
 
 GIB = 1 << 30
-MOONCAKE_DEFAULT_SEGMENT = 4 * GIB  # vLLM 0.32.0 DEFAULT_GLOBAL_SEGMENT_SIZE
-MOONCAKE_DEFAULT_BUFFER = 4 * GIB  # vLLM 0.32.0 DEFAULT_LOCAL_BUFFER_SIZE
 ENGINE = "engine (recipe host.engine_memory)"
 
 
@@ -59,20 +48,9 @@ def pod_memory(pool: Pool, pool_name: str = "pool") -> PodMemory:
 def plan_memory(pool: Pool, pool_name: str) -> tuple[MemoryItem, ...]:
     """What one pod of this pool allocates on the host, item by item. Pinned items are what RDMA
     registers (RLIMIT_MEMLOCK counts them per process)."""
-    items: list[MemoryItem] = []
-    where = f"pools.{pool_name}"
-    if isinstance(pool, VllmPool) and pool.mooncake_store is not None:
-        items += _mooncake_store(
-            pool.mooncake_store.config, pool.devices_per_pod()[0], f"{where}.mooncake_store"
-        )
-    if isinstance(pool, SglangPool):
-        items += _hicache(pool.args, pool, where)
-    if isinstance(pool, MooncakeDonorPool):
-        size = size_of(pool.global_segment_size, f"{where}.global_segment_size")
-        items.append(MemoryItem("mooncake donor segment", size, 1, pool.protocol == "rdma"))
-    if isinstance(pool, MooncakeMasterPool) and "global_segment_size" in pool.args:
-        size = size_of(pool.args["global_segment_size"], f"{where}.args.global_segment_size")
-        items.append(MemoryItem("mooncake master segment", size, 1, False))
+    from roles.engines import family_of  # its families size their items with size_of, below
+
+    items = family_of(pool).host_memory(pool, f"pools.{pool_name}")
     if pool.host.engine_memory is not None:
         items.append(MemoryItem(ENGINE, pool.host.engine_memory))
     return tuple(items)
@@ -86,36 +64,3 @@ def size_of(value: object, where: str) -> int:
         return parse_size(value)
     except ValueError as exc:
         raise ConfigError.one(where, str(exc), "write it like 160GB, 512MiB or a number of bytes") from None
-
-
-def _mooncake_store(config: Mapping[str, Any], processes: int, where: str) -> list[MemoryItem]:
-    """Embedded mode: every worker process (one per local device) that loads MooncakeStoreConnector
-    contributes a segment and registers a local transfer buffer (vLLM 0.32.0 MooncakeStoreConfig)."""
-    pinned = config.get("protocol", "rdma") == "rdma"
-    items = []
-    if config.get("mode", "embedded") == "embedded":
-        segment = size_of(
-            config.get("global_segment_size", MOONCAKE_DEFAULT_SEGMENT), f"{where}.global_segment_size"
-        )
-        items.append(
-            MemoryItem(
-                f"mooncake store segment x {processes} processes", segment * processes, processes, pinned
-            )
-        )
-    buffer = size_of(config.get("local_buffer_size", MOONCAKE_DEFAULT_BUFFER), f"{where}.local_buffer_size")
-    items.append(
-        MemoryItem(f"mooncake local buffer x {processes} processes", buffer * processes, processes, pinned)
-    )
-    return items
-
-
-def _hicache(args: Mapping[str, Any], pool: SglangPool, where: str) -> list[MemoryItem]:
-    """SGLang's HiCache host pool is known only when --hicache-size (GB per rank) is given."""
-    size = args.get("hicache-size", args.get("hicache_size"))
-    if not args.get("enable-hierarchical-cache", args.get("enable_hierarchical_cache")) or not size:
-        return []
-    ranks = pool.devices_per_pod()[0]
-    per_rank = size_of(
-        f"{size}GB" if str(size).replace(".", "", 1).isdigit() else size, f"{where}.args.hicache-size"
-    )
-    return [MemoryItem(f"sglang hicache host pool x {ranks} ranks", per_rank * ranks, ranks, False)]

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
-from launcher.config.recipe import Pool, SglangPool, VllmPool
+from launcher.config.recipe import Pool
 from launcher.contract.plan import (
     IFNAME_PLACEHOLDER,
     POD_IP_PLACEHOLDER,
@@ -18,48 +19,41 @@ from launcher.contract.plan import (
     Plan,
     ProcessSpec,
 )
+from roles.engines.family import EngineFamily
 from roles.flags import load_catalog
 from roles.memory import plan_memory
 
-# Connector class -> the module vLLM imports for it and the package that provides it (vLLM 0.32.0:
-# kv_connector/v1/mooncake/* imports mooncake.*, vllm/distributed/nixl_utils.py imports nixl).
-_CONNECTOR_MODULES = {
-    "MooncakeStoreConnector": ("mooncake", "mooncake-transfer-engine"),
-    "MooncakeConnector": ("mooncake", "mooncake-transfer-engine"),
-    "NixlConnector": ("nixl", "nixl"),
-}
 # --load-format -> module (vLLM 0.32.0 model_loader: fastsafetensors is the vLLM extra of that name).
 _LOAD_FORMAT_MODULES = {"fastsafetensors": ("fastsafetensors", "fastsafetensors")}
-# Interface variables gloo and NCCL read, and each engine's own "my IP" variable (vLLM vllm/envs.py
-# VLLM_HOST_IP; SGLang 0.5.23 sglang/srt/utils/network.py reads SGLANG_HOST_IP, then HOST_IP).
+# Interface variables gloo and NCCL read.
 _IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
-_HOST_IP_VAR = {"vllm": "VLLM_HOST_IP", "sglang": "SGLANG_HOST_IP"}
-_ENGINE_PACKAGE = {"vllm-serve": "vllm", "sglang-server": "sglang"}
 
 
-def with_host_needs(plan: Plan, pool: Pool, pool_name: str, pod_ip: str) -> Plan:
-    """The plan with its HostNeeds and, for engines, the network identity env filled in."""
+def with_host_needs(plan: Plan, family: EngineFamily[Any], pool: Pool, pool_name: str, pod_ip: str) -> Plan:
+    """The plan with its HostNeeds and, for engines (a family with a flag catalogue), the network
+    identity env filled in."""
     advisory = tuple(pool.host.advisory)
     memory = plan_memory(pool, pool_name)
-    if not isinstance(pool, (VllmPool, SglangPool)):
-        return replace(plan, needs=HostNeeds(memory=memory, advisory=advisory))
+    shm = family.shm_segments
+    if family.catalog is None or family.host_ip_var is None:
+        return replace(plan, needs=HostNeeds(memory=memory, advisory=advisory, shm_segments=shm))
     engine = plan.engine
-    engine_kind = "vllm" if isinstance(pool, VllmPool) else "sglang"
-    catalog = "vllm-serve" if engine_kind == "vllm" else "sglang-server"
     flags = _flag_values(engine.argv)
     network = pod_ip != POD_IP_PLACEHOLDER or plan.role.group_size > 1
-    env, derived = _network_env(engine, engine_kind, pod_ip) if network else (dict(engine.env), ())
+    env, derived = _network_env(engine, family.host_ip_var, pod_ip) if network else (dict(engine.env), ())
     placeholders = plan.placeholders
     if network and pod_ip == POD_IP_PLACEHOLDER and "POD_IP" not in placeholders:
         placeholders = ("POD_IP", *placeholders)
     needs = HostNeeds(
-        modules=_modules(flags),
+        modules=_modules(flags, family.connector_modules),
         memory=memory,
         model_files=bool(plan.model_path and plan.model_path.startswith("/")),
         drafter=_drafter(flags),
-        engine_package=_ENGINE_PACKAGE[catalog],
-        catalog_version=load_catalog_version(catalog),
+        engine_package=family.package,
+        catalog_version=load_catalog_version(family.catalog),
         network=network,
+        host_ip_var=family.host_ip_var,
+        shm_segments=shm,
         derived_env=derived,
         advisory=advisory,
     )
@@ -72,7 +66,7 @@ def load_catalog_version(name: str) -> str | None:
 
 
 def _network_env(
-    engine: ProcessSpec, kind: str, pod_ip: str
+    engine: ProcessSpec, host_ip_var: str, pod_ip: str
 ) -> tuple[dict[str, str], tuple[DerivedEnv, ...]]:
     """gloo and NCCL pick an interface themselves and, with eth0 plus RDMA NICs (GKE DRANET), pick
     wrong (vLLM #7074, SGLang #3226): name the one that holds POD_IP. Values the recipe or
@@ -83,7 +77,7 @@ def _network_env(
         name: (IFNAME_PLACEHOLDER, "the interface that holds POD_IP (found in the pod)")
         for name in _IFNAME_VARS
     }
-    wanted[_HOST_IP_VAR[kind]] = (pod_ip, "POD_IP")
+    wanted[host_ip_var] = (pod_ip, "POD_IP")
     for name, (value, source) in wanted.items():
         if name in env:
             derived.append(DerivedEnv(engine.name, name, "recipe env or LLMD_EXTRA_ENV"))
@@ -137,15 +131,17 @@ def _connectors(config: Mapping[str, object]) -> list[str]:
     return names
 
 
-def _modules(flags: Mapping[str, str]) -> tuple[ModuleNeed, ...]:
+def _modules(
+    flags: Mapping[str, str], connector_modules: Mapping[str, tuple[str, str]]
+) -> tuple[ModuleNeed, ...]:
     needs: dict[str, ModuleNeed] = {}
     fmt = flags.get("load-format")
     if fmt in _LOAD_FORMAT_MODULES:
         module, package = _LOAD_FORMAT_MODULES[fmt]
         needs[module] = ModuleNeed(module, package, f"--load-format {fmt}")
     for connector in _connectors(_json(flags.get("kv-transfer-config"))):
-        if connector in _CONNECTOR_MODULES and _CONNECTOR_MODULES[connector][0] not in needs:
-            module, package = _CONNECTOR_MODULES[connector]
+        if connector in connector_modules and connector_modules[connector][0] not in needs:
+            module, package = connector_modules[connector]
             needs[module] = ModuleNeed(module, package, f"--kv-transfer-config {connector}")
     return tuple(needs.values())
 

@@ -32,6 +32,7 @@ from launcher.contract.plan import (
     ProgressWatch,
     Role,
     RoleKind,
+    StartupOutput,
     TcpCheck,
 )
 
@@ -41,7 +42,7 @@ def build_probes(
     processes: Sequence[ProcessSpec],
     port: int,
     leader_port: int | None = None,
-    progress: str | None = None,
+    progress: StartupOutput | None = None,
     events_flowing: bool = False,
     peer_lost_seconds: float = 0.0,
     forward: ProgressWatch | None = None,

@@ -11,7 +11,7 @@ from its string when each model class is created, on every `plan` and `run`.
 import math
 import re
 from collections.abc import Mapping
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import (
     AfterValidator,
@@ -200,7 +200,12 @@ class DisaggSidecar(_Data):
     args: Args = {}
 
 
-class _EnginePool(_Data):
+class EnginePool(_Data):
+    """An engine spanning an LWS group; each engine's pool class adds its own fields."""
+
+    # The engine flag that sets the KV block size, which the router's blockSizeTokens must equal.
+    block_size_flag: ClassVar[str]
+
     nodes: Count = Field(1, description="Pods per LWS group (leaderWorkerTemplate.size).")
     replicas: Count = Field(1, description="LWS groups; informational, used by manifests.")
     gpus_per_node: Count | None = Field(None, description="Accelerator devices each pod holds.")
@@ -225,7 +230,7 @@ class _EnginePool(_Data):
         return tp // self.nodes, f"TP {tp} over {self.nodes} pods"
 
     @model_validator(mode="after")
-    def _parallel_arithmetic(self) -> "_EnginePool":
+    def _parallel_arithmetic(self) -> "EnginePool":
         tp = self.tensor_parallel or 1
         if self.local_ranks == 1 and tp % self.nodes:
             raise ValueError(f"tensor_parallel {tp} must be a multiple of nodes {self.nodes}")
@@ -235,7 +240,8 @@ class _EnginePool(_Data):
         return self
 
 
-class VllmPool(_EnginePool):
+class VllmPool(EnginePool):
+    block_size_flag = "block-size"
     kind: Literal["vllm"]
     layout: Literal["multinode", "data-parallel"] = Field(
         "multinode",
@@ -273,7 +279,8 @@ class VllmPool(_EnginePool):
         return self.data_parallel_local or 1
 
 
-class SglangPool(_EnginePool):
+class SglangPool(EnginePool):
+    block_size_flag = "page-size"
     kind: Literal["sglang"]
     port: Port = 30000
     dist_init_port: Port = 20000
@@ -319,6 +326,10 @@ class MooncakeDonorPool(_ServicePool):
 
 
 Pool = Annotated[VllmPool | SglangPool | MooncakeMasterPool | MooncakeDonorPool, Field(discriminator="kind")]
+# Each pool class's `kind`, the discriminator pydantic names in an error's location.
+POOL_KINDS: tuple[str, ...] = tuple(
+    kind for cls in get_args(get_args(Pool)[0]) for kind in get_args(cls.model_fields["kind"].annotation)
+)
 
 
 class Recipe(_Data):
@@ -348,20 +359,17 @@ class Recipe(_Data):
         """What the recipe alone shows of the router's contract; the engine's real block size is
         checked at run time (healthchecks/kvevents.py)."""
         for name, pool in self.pools.items():
-            engine = isinstance(pool, (VllmPool, SglangPool)) and pool.router is not None
-            if engine and (mismatch := router_mismatch(pool, {**self.env, **pool.env})):  # type: ignore[arg-type]
+            if not isinstance(pool, EnginePool) or pool.router is None:
+                continue
+            if mismatch := router_mismatch(pool, {**self.env, **pool.env}):
                 raise ValueError(f"pools.{name}.router: {mismatch}")
         return self
 
-    def model_for(self, pool: VllmPool | SglangPool) -> ModelSpec:
+    def model_for(self, pool: EnginePool) -> ModelSpec:
         return pool.model or self.model
 
 
-# The engine flag that sets the KV block size the router's blockSizeTokens must equal.
-BLOCK_SIZE_FLAG = {"vllm": "block-size", "sglang": "page-size"}
-
-
-def router_mismatch(pool: VllmPool | SglangPool, env: Mapping[str, str]) -> str | None:
+def router_mismatch(pool: EnginePool, env: Mapping[str, str]) -> str | None:
     """The first way the pool's own settings contradict what its router expects, or None."""
     router = pool.router
     assert router is not None
@@ -378,7 +386,7 @@ def router_mismatch(pool: VllmPool | SglangPool, env: Mapping[str, str]) -> str 
     if router.hash_seed is not None and env.get("PYTHONHASHSEED") != router.hash_seed:
         seed = env.get("PYTHONHASHSEED")
         return f"the router hashes with seed {router.hash_seed!r} but PYTHONHASHSEED is {seed!r}"
-    flag = BLOCK_SIZE_FLAG[pool.kind]
+    flag = pool.block_size_flag
     block = pool.args.get(flag)
     if router.block_size_tokens is not None and block is not None and block != router.block_size_tokens:
         return f"the router's blockSizeTokens is {router.block_size_tokens} but args.{flag} is {block}"

@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from launcher.config.recipe import Recipe
+from launcher.config.recipe import POOL_KINDS, Recipe
 from launcher.contract.errors import ConfigError, Problem
 
 MAX_RECIPE_BYTES = 1 << 20  # a recipe is a page of YAML; a ConfigMap holds at most 1 MiB
@@ -196,7 +196,7 @@ def read_recipe(source: RecipeSource) -> Mapping[str, Any]:
 def _problem_path(loc: tuple[int | str, ...]) -> str:
     """pools.prefill.vllm.port -> pools.prefill.port; args.x.<anything deeper> -> args.x."""
     parts = [str(p) for p in loc if not str(p).startswith("function-after")]
-    parts = [p for p in parts if p not in ("vllm", "sglang", "mooncake-master", "mooncake-donor")]
+    parts = [p for p in parts if p not in POOL_KINDS]
     return ".".join(parts) or "<top>"
 
 

@@ -121,13 +121,29 @@ class ProgressWatch:
 
 
 @dataclass(frozen=True)
+class PhasePattern:
+    """An engine output line holding `text` means start-up reached `phase` (launcher/contract/phases.py)."""
+
+    text: str
+    phase: str
+
+
+@dataclass(frozen=True)
+class StartupOutput:
+    """How the engine's own output says which start-up phase it is in (healthchecks/progress.py)."""
+
+    engine: str  # whose output it is: named by the dry-run
+    phases: tuple[PhasePattern, ...]
+
+
+@dataclass(frozen=True)
 class Probes:
     """What the launcher's probe server answers from (healthchecks/)."""
 
     port: int  # the launcher's own /livez /readyz /startupz /metrics
     ready: tuple[Check, ...]  # all pass (and no stop has begun) = ready
     started: Check  # its first pass ends start-up: the engine answered once, or the leader came up
-    progress: str | None = None  # which parser reads start-up progress from the engine's output
+    progress: StartupOutput | None = None  # how start-up progress is read from the engine's output
     peers: tuple[Peer, ...] = ()  # the group's other pods whose loss ends this pod
     peer_lost_seconds: float = 0.0  # how long a peer that answered once may fail before it counts as lost
     forward: ProgressWatch | None = None  # this pod's serving engine, watched for forward progress
@@ -156,6 +172,9 @@ class KvEventsWatch:
     readiness: bool = False  # the pod is not ready while its events are silent
     block_size: int | None = None  # the router's blockSizeTokens, which BlockStored events must carry
     block_size_readiness: bool = False  # the pod is not ready while they carry another
+    # The engine's /metrics families whose sum grows when it serves a request: silence is a stream
+    # that stopped only while this moves.
+    served_metrics: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -260,6 +279,8 @@ class HostNeeds:
     engine_package: str | None = None  # the distribution the flag catalogue was generated from
     catalog_version: str | None = None
     network: bool = False  # derive the interface that holds POD_IP
+    host_ip_var: str | None = None  # the engine's own "my IP" variable, which holds POD_IP
+    shm_segments: tuple[str, ...] = ()  # regexes of the shared-memory files the engine leaves on a crash
     derived_env: tuple[DerivedEnv, ...] = ()
     advisory: tuple[str, ...] = ()  # checks the recipe marks advisory: a warning, not a refusal
 

@@ -14,7 +14,7 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -216,15 +216,21 @@ def check_runtime_dir(plan: Plan, runtime_dir: str) -> list[Problem]:
 
 
 # The shared-memory files the engines we start leave behind when they crash, and nothing else: a
-# model, a cache or anyone's data in a misconfigured LLMD_SHM_DIR must never match.
+# model, a cache or anyone's data in a misconfigured LLMD_SHM_DIR must never match. These are the
+# libraries' every engine uses; the engine's own segments come with the plan (HostNeeds.shm_segments).
 STALE_SHM = re.compile(
-    r"psm_[0-9a-f]{6,}"  # CPython multiprocessing.shared_memory (vLLM shm_broadcast, SGLang mm_utils)
+    r"psm_[0-9a-f]{6,}"  # CPython multiprocessing.shared_memory (the engines' shm broadcast, mm utils)
     r"|sem\.mp-\w+"  # CPython multiprocessing semaphores, as glibc's sem_open names them
     r"|torch_\d+_\d+_\d+"  # torch's shared-memory tensors ("/torch_{}_{}_{}" in libtorch_cpu)
     r"|nccl-\w{6}"  # NCCL host buffers (src/misc/shmutils.cc, "/dev/shm/nccl-XXXXXX")
-    r"|vllm_(?:offload|ec)_[\w.-]+\.mmap"  # vLLM 0.32 kv_offload/cpu, ec_transfer/cpu shared regions
-    r"|sglang_loads_[\w.-]+\.shm"  # SGLang srt/managers/load_snapshot.py
 )
+
+
+def stale_shm(engine_segments: Sequence[str] = ()) -> re.Pattern[str]:
+    """STALE_SHM and the engine's own segment names."""
+    if not engine_segments:
+        return STALE_SHM
+    return re.compile("|".join((STALE_SHM.pattern, *engine_segments)))
 
 
 def check_shm_dir(plan: Plan, directory: str) -> list[Problem]:
@@ -257,21 +263,23 @@ def _filesystem(path: str) -> str:
     return kind
 
 
-def clean_shm(directory: str) -> tuple[list[str], list[str]]:
+def clean_shm(directory: str, engine_segments: Sequence[str] = ()) -> tuple[list[str], list[str]]:
     """Remove the stale shared memory of crashed engines (llm-d/llm-d#352: one crash would otherwise
     become a crash loop): regular files directly in the directory, named as the engines name their
-    segments (STALE_SHM), that no process we can see holds open or mapped. Symlinks and
-    subdirectories are never followed. Returns (removed, could not be removed: "name (reason)").
+    segments (STALE_SHM and the plan's engine_segments), that no process we can see holds open or
+    mapped. Symlinks and subdirectories are never followed. Returns (removed, could not be removed:
+    "name (reason)").
 
     Processes of other containers are invisible (no shared PID namespace), so LLMD_SHM_DIR must be
     the engine container's own shared memory; set it empty when another container uses it too."""
     root = Path(directory)
     if not root.is_dir():
         return [], []
+    stale = stale_shm(engine_segments)
     in_use = _paths_in_use(str(root))
     removed, failed = [], []
     for entry in root.iterdir():
-        if not STALE_SHM.fullmatch(entry.name) or str(entry) in in_use:
+        if not stale.fullmatch(entry.name) or str(entry) in in_use:
             continue
         try:
             if not stat.S_ISREG(entry.lstat().st_mode):
@@ -334,7 +342,7 @@ async def run_preflight(plan: Plan, *, bin_path: str, runtime_dir: str, shm_dir:
     if problems:
         raise ConfigError(problems)
     if shm_dir:
-        removed, failed = await _bounded("shm clean-up", clean_shm, shm_dir)
+        removed, failed = await _bounded("shm clean-up", clean_shm, shm_dir, plan.needs.shm_segments)
         log.info(
             "removed stale shared-memory files", directory=shm_dir, count=len(removed), files=removed[:20]
         )

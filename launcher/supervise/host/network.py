@@ -10,12 +10,6 @@ import socket
 from launcher.contract.errors import Problem
 from launcher.contract.plan import IFNAME_PLACEHOLDER, Plan
 
-FIX = (
-    "give the container POD_IP from fieldRef status.podIP, or set GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME "
-    "and VLLM_HOST_IP (SGLANG_HOST_IP) in the recipe env"
-)
-_HOST_IP_VARS = ("VLLM_HOST_IP", "SGLANG_HOST_IP")
-
 
 def interfaces() -> dict[str, list[str]]:
     """Interface -> its IP addresses (IPv6 zone ids dropped)."""
@@ -48,9 +42,19 @@ def route_source(dest: str) -> str | None:
         return None
 
 
+def fix_for(host_ip_var: str | None) -> str:
+    also = f" and {host_ip_var}" if host_ip_var else ""
+    return (
+        "give the container POD_IP from fieldRef status.podIP, or set GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME"
+        f"{also} in the recipe env"
+    )
+
+
 def check_network(plan: Plan) -> tuple[str | None, list[Problem]]:
     env = plan.engine.env
-    ip = next((env[v] for v in _HOST_IP_VARS if v in env), None)
+    host_ip_var = plan.needs.host_ip_var
+    ip = env.get(host_ip_var) if host_ip_var else None
+    fix = fix_for(host_ip_var)
     table = interfaces()
     shown = "; ".join(f"{n} {' '.join(a)}" for n, a in table.items())[:300]
     problems = []
@@ -59,7 +63,7 @@ def check_network(plan: Plan) -> tuple[str | None, list[Problem]]:
         # NCCL takes prefixes and ^exclusions; only a plain single name can be checked here.
         if value != IFNAME_PLACEHOLDER and value.isidentifier() and value not in table:
             problems.append(
-                Problem(var, f"names interface {value}, which this pod does not have ({shown})", FIX)
+                Problem(var, f"names interface {value}, which this pod does not have ({shown})", fix)
             )
     try:
         ipaddress.ip_address(ip or "")
@@ -68,7 +72,7 @@ def check_network(plan: Plan) -> tuple[str | None, list[Problem]]:
     assert ip is not None
     ifname = interface_of(ip, table)
     if ifname is None:
-        problems.append(Problem("POD_IP", f"{ip} is on none of this pod's interfaces ({shown})", FIX))
+        problems.append(Problem("POD_IP", f"{ip} is on none of this pod's interfaces ({shown})", fix))
         return None, problems
     leader = plan.role.leader_address
     if leader and plan.role.group_size > 1 and plan.role.worker_index != 0:
@@ -79,7 +83,7 @@ def check_network(plan: Plan) -> tuple[str | None, list[Problem]]:
         source = route_source(leader)
         via = interface_of(source, table) if source else None
         if via is None:
-            problems.append(Problem("LWS_LEADER_ADDRESS", f"no route to the leader {leader}", FIX))
+            problems.append(Problem("LWS_LEADER_ADDRESS", f"no route to the leader {leader}", fix))
         elif via != ifname and via != "lo":
             problems.append(
                 Problem(

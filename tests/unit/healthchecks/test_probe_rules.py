@@ -9,10 +9,13 @@ from typing import Any
 
 import pytest
 
-from healthchecks.progress import INITIALIZING, LOADING_WEIGHTS, STARTING_SERVER, StartupProgress
+from healthchecks.progress import StartupProgress
 from healthchecks.state import CheckResult, PodHealth
+from launcher.contract.phases import INITIALIZING, LOADING_WEIGHTS, STARTING_SERVER
 from launcher.contract.plan import Check, HttpCheck, Probes, ProcessSpec
 from launcher.supervise.outcome import RUNNING, Failed, StopRequested, StopState
+from roles.engines.sglang import SGLANG
+from roles.engines.vllm import VLLM
 from tests.unit.roles.test_golden_kimi import DECODE_LEADER, PREFILL_LEADER, TPU_LEADER, lws
 
 
@@ -213,7 +216,7 @@ VLLM_LINES = [
 
 
 def test_vllm_bar_and_phases() -> None:
-    progress = StartupProgress("vllm")
+    progress = StartupProgress(VLLM.startup_output)
     assert progress.feed(VLLM_LINES[0]) and progress.phase == LOADING_WEIGHTS
     assert progress.weight_ratio is None
     progress.feed(VLLM_LINES[1])
@@ -240,21 +243,21 @@ def test_vllm_bar_and_phases() -> None:
 
 
 def test_fastsafetensors_and_tqdm_default_bar_format() -> None:
-    progress = StartupProgress("sglang")
+    progress = StartupProgress(SGLANG.startup_output)
     progress.feed("[2026-11-30 12:00:00 TP0] Load weight begin. avail mem=94.1 GB")
     assert progress.phase == LOADING_WEIGHTS
     progress.feed(
         "Loading safetensors using Fastsafetensor loader:  50%|█████     | 32/64 [01:00<01:00,  1.9s/it]"
     )
     assert progress.weight_ratio == 0.5
-    fast = StartupProgress("vllm")
+    fast = StartupProgress(VLLM.startup_output)
     fast.feed("Loading fastsafetensors checkpoint shards:  25% Completed | 16/64 [00:10<00:30,  1.6it/s]")
     assert fast.weight_ratio == 0.25
 
 
 def test_data_parallel_ranks_are_summed() -> None:
     """Four local DP ranks each print their own bar: progress is shards loaded over all of them."""
-    progress = StartupProgress("vllm")
+    progress = StartupProgress(VLLM.startup_output)
     for rank, loaded in enumerate((4, 2, 0, 2)):
         progress.feed(
             f"(EngineCore_DP{rank} pid={100 + rank}) Loading safetensors checkpoint shards: "
@@ -301,7 +304,7 @@ class FakeSupervisor:
 
 ENGINE = Check("engine", "engine", HttpCheck(8000, "/health"))
 RENDER = Check("render", "render", HttpCheck(8089, "/health"))
-PROBES = Probes(8090, ready=(ENGINE, RENDER), started=ENGINE, progress="vllm")
+PROBES = Probes(8090, ready=(ENGINE, RENDER), started=ENGINE, progress=VLLM.startup_output)
 
 
 class Clock:

@@ -13,6 +13,8 @@ import pytest
 from launcher.contract.plan import Plan, PodIdentity, Role, RoleKind, ShutdownBudget
 from launcher.supervise import preflight
 from launcher.supervise.preflight import check_shm_dir, clean_shm
+from roles.engines.sglang import SGLANG
+from roles.engines.vllm import VLLM
 
 STALE = ("psm_1a2b3c4d", "sem.mp-x1y2z3", "torch_12_345_0", "nccl-AbC123", "vllm_offload_e0.mmap")
 
@@ -56,7 +58,7 @@ def test_only_stale_engine_segments_are_removed(shm: Path, tmp_path: Path) -> No
     (shm / "torch_1_2_3").mkdir()  # nor a directory
     (shm / "torch_1_2_3" / "psm_00112233").write_bytes(b"x")
     with held.open("rb"):
-        removed, failed = clean_shm(str(shm))
+        removed, failed = clean_shm(str(shm), VLLM.shm_segments)  # the plan's engine's own segments
     assert sorted(removed) == sorted(STALE) and failed == []
     assert held.exists() and outside.read_bytes() == b"keep" and (shm / "psm_0badc0de").is_symlink()
     assert (shm / "torch_1_2_3" / "psm_00112233").exists()
@@ -84,3 +86,12 @@ def test_an_undeletable_file_is_reported_not_raised(shm: Path, monkeypatch: pyte
     removed, failed = clean_shm(str(shm))
     assert removed == ["psm_bbbbbbbb"] and failed == ["psm_aaaaaaaa (Operation not permitted)"]
     assert preflight.STALE_SHM.fullmatch("config.json") is None
+
+
+def test_an_engines_segments_are_removed_only_for_that_engine(shm: Path) -> None:
+    """The engine's own segment names come with its plan: another engine's files are not its to clean."""
+    for name in ("vllm_offload_e0.mmap", "sglang_loads_0.shm"):
+        (shm / name).write_bytes(b"x")
+    assert clean_shm(str(shm)) == ([], [])
+    assert clean_shm(str(shm), SGLANG.shm_segments) == (["sglang_loads_0.shm"], [])
+    assert clean_shm(str(shm), VLLM.shm_segments) == (["vllm_offload_e0.mmap"], [])

@@ -1,4 +1,4 @@
-"""vLLM pods. Two layouts:
+"""vLLM: its facts (VLLM, at the end) and its pods. Two layouts:
 
 - multinode: one engine spans the LWS group (TP across nodes). Node 0 serves the API (and the render
   sidecar); nodes 1.. run the same command with --headless.
@@ -8,12 +8,18 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from launcher.config.recipe import VllmPool
+from launcher.contract.phases import CAPTURING_GRAPHS, INITIALIZING, LOADING_WEIGHTS, STARTING_SERVER
 from launcher.contract.plan import (
     FileSpec,
     HttpCheck,
     KvEventSource,
     KvEventsWatch,
+    MemoryItem,
+    PhasePattern,
     Plan,
     PortSpec,
     ProcessSpec,
@@ -22,7 +28,9 @@ from launcher.contract.plan import (
 )
 from roles import topology
 from roles.args import Arg, arg, args_from, flatten, to_json
-from roles.connectors import (
+from roles.context import BuildContext, owned_flags
+from roles.engines.family import EngineFamily
+from roles.engines.vllm_connectors import (
     kv_events_ipc,
     kv_events_need_relay,
     kv_events_topic,
@@ -30,19 +38,14 @@ from roles.connectors import (
     nixl_env,
     vllm_kv_events_config,
 )
-from roles.context import BuildContext, owned_flags
+from roles.memory import GIB, size_of
 
-VLLM = ["vllm", "serve"]
+SERVE = ["vllm", "serve"]
 RENDER = ["vllm", "launch", "render"]
-VLLM_CATALOG = "vllm-serve"
 ACCESS_LOG_FLAG = "disable-access-log-for-endpoints"  # comma-separated paths (vLLM 0.32.0 cli_args.py)
 MASTER_PORT_DEFAULT = 29501  # vLLM's --master-port default (vLLM 0.32.0 vllm/config/parallel.py)
-# Token counters every API server exposes on /metrics (vLLM 0.32.0 vllm/v1/metrics/loggers.py).
-TOKEN_COUNTERS = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total")
-# The API server gives up on its engine cores after this (default 600 s, vLLM 0.32.0 vllm/envs.py,
-# v1/engine/core_client.py): sooner than a 45-minute load. The DP supervisor waits for its ranks
-# without a limit of its own (entrypoints/launchers/dp_supervisor.py _wait_until_ready).
-READY_TIMEOUT = "VLLM_ENGINE_READY_TIMEOUT_S"
+MOONCAKE_DEFAULT_SEGMENT = 4 * GIB  # vLLM 0.32.0 DEFAULT_GLOBAL_SEGMENT_SIZE
+MOONCAKE_DEFAULT_BUFFER = 4 * GIB  # vLLM 0.32.0 DEFAULT_LOCAL_BUFFER_SIZE
 
 # Flags the launcher derives; LLMD_EXTRA_ARGS may not set them (short aliases included).
 # fmt: off
@@ -79,7 +82,7 @@ _SIDECAR_OWNED = owned_flags(
 
 def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
     role = ctx.role
-    ctx.check_recipe_args(pool.args, _OWNED, "args", VLLM_CATALOG)
+    ctx.check_recipe_args(pool.args, _OWNED, "args", VLLM.catalog)
     if pool.render:
         ctx.check_recipe_args(pool.render.args, _RENDER_OWNED, "render.args")
     if pool.disagg_sidecar:
@@ -105,7 +108,7 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
             "kv-events-config",
             to_json(vllm_kv_events_config(pool.kv_events, ctx.pool_name, start_rank, topic, _ipc_dir(ctx))),
         )
-    argv, notes = ctx.command([*VLLM, model.path], args, _OWNED, VLLM_CATALOG)
+    argv, notes = ctx.command([*SERVE, model.path], args, _OWNED, VLLM.catalog)
 
     generated_env: dict[str, str] = {}
     files: list[FileSpec] = []
@@ -119,7 +122,7 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
     engine = ProcessSpec(
         name="engine",
         argv=argv,
-        env=ctx.env(ctx.startup_env(READY_TIMEOUT), ctx.recipe.env, pool.env, generated_env),
+        env=ctx.env(ctx.startup_env(VLLM.ready_timeout_env), ctx.recipe.env, pool.env, generated_env),
         critical=True,
         ports=tuple(_engine_ports(pool, ctx)) if serves else (),
         health=_engine_health(pool) if serves else None,
@@ -145,10 +148,10 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
         notes,
         model_path=model.path,
         leader_port=pool.port,
-        progress="vllm",
+        progress=VLLM.startup_output,
         kv_events=_kv_events_watch(pool, ctx) if serves else None,
         forward=ctx.progress_watch(
-            _progress_sources(pool, ctx), TOKEN_COUNTERS, model.served_name or model.path
+            _progress_sources(pool, ctx), VLLM.token_counters, model.served_name or model.path
         ),
     )
 
@@ -190,6 +193,7 @@ def _kv_events_watch(pool: VllmPool, ctx: BuildContext) -> KvEventsWatch | None:
         spec.readiness,
         block_size=router.block_size_tokens if router else None,
         block_size_readiness=router is not None and router.readiness,
+        served_metrics=VLLM.served_metrics,
     )
 
 
@@ -303,3 +307,64 @@ def _disagg_sidecar(pool: VllmPool, ctx: BuildContext) -> ProcessSpec:
         ),
         health=HttpCheck(sidecar.port, "/health"),
     )
+
+
+def host_memory(pool: VllmPool, where: str) -> list[MemoryItem]:
+    """MooncakeStoreConnector in embedded mode: every worker process (one per local device) that loads
+    it contributes a segment and registers a local transfer buffer (vLLM 0.32.0 MooncakeStoreConfig)."""
+    if pool.mooncake_store is None:
+        return []
+    config: Mapping[str, Any] = pool.mooncake_store.config
+    processes = pool.devices_per_pod()[0]
+    where = f"{where}.mooncake_store"
+    pinned = config.get("protocol", "rdma") == "rdma"
+    items = []
+    if config.get("mode", "embedded") == "embedded":
+        segment = size_of(
+            config.get("global_segment_size", MOONCAKE_DEFAULT_SEGMENT), f"{where}.global_segment_size"
+        )
+        items.append(
+            MemoryItem(
+                f"mooncake store segment x {processes} processes", segment * processes, processes, pinned
+            )
+        )
+    buffer = size_of(config.get("local_buffer_size", MOONCAKE_DEFAULT_BUFFER), f"{where}.local_buffer_size")
+    items.append(
+        MemoryItem(f"mooncake local buffer x {processes} processes", buffer * processes, processes, pinned)
+    )
+    return items
+
+
+VLLM = EngineFamily(
+    name="vllm",
+    pools=(VllmPool,),
+    build=build_vllm_plan,
+    host_memory=host_memory,
+    catalog="vllm-serve",
+    package="vllm",
+    host_ip_var="VLLM_HOST_IP",  # vllm/envs.py
+    # vLLM 0.32.0: kv_connector/v1/mooncake/* imports mooncake.*, vllm/distributed/nixl_utils.py nixl.
+    connector_modules={
+        "MooncakeStoreConnector": ("mooncake", "mooncake-transfer-engine"),
+        "MooncakeConnector": ("mooncake", "mooncake-transfer-engine"),
+        "NixlConnector": ("nixl", "nixl"),
+    },
+    # Every API server exposes these on /metrics (vLLM 0.32.0 vllm/v1/metrics/loggers.py).
+    token_counters=("vllm:generation_tokens_total", "vllm:prompt_tokens_total"),
+    served_metrics=("vllm:request_success", "vllm:num_requests_running"),
+    # vLLM 0.32 model_loader/weight_utils.py, default_loader.py, v1/engine/core.py,
+    # launchers/api_server/entry.py; matched anywhere in a line, past `(EngineCore_DP0 pid=…)` prefixes.
+    startup_phases=(
+        PhasePattern("Starting to load model", LOADING_WEIGHTS),
+        PhasePattern("Loading weights took", INITIALIZING),
+        PhasePattern("Model loading took", INITIALIZING),
+        PhasePattern("Capturing CUDA graphs", CAPTURING_GRAPHS),
+        PhasePattern("init engine (profile, create kv cache, warmup model) took", STARTING_SERVER),
+        PhasePattern("Starting vLLM server on", STARTING_SERVER),
+    ),
+    # The API server gives up on its engine cores after this (default 600 s, vLLM 0.32.0 vllm/envs.py,
+    # v1/engine/core_client.py): sooner than a 45-minute load. The DP supervisor waits for its ranks
+    # without a limit of its own (entrypoints/launchers/dp_supervisor.py _wait_until_ready).
+    ready_timeout_env="VLLM_ENGINE_READY_TIMEOUT_S",
+    shm_segments=(r"vllm_(?:offload|ec)_[\w.-]+\.mmap",),  # vLLM 0.32 kv_offload/cpu, ec_transfer/cpu regions
+)

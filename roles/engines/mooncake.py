@@ -1,11 +1,14 @@
-"""Mooncake store services: the master (RPC + embedded HTTP metadata server) and DRAM donors."""
+"""Mooncake store services: the master (RPC + embedded HTTP metadata server) and DRAM donors, one
+family (MOONCAKE, at the end) with two pool kinds."""
 
 from __future__ import annotations
 
 from launcher.config.recipe import Args, MooncakeDonorPool, MooncakeMasterPool
-from launcher.contract.plan import HttpCheck, Plan, PortSpec, ProcessSpec
+from launcher.contract.plan import HttpCheck, MemoryItem, Plan, PortSpec, ProcessSpec
 from roles.args import args_from
 from roles.context import BuildContext, owned_flags
+from roles.engines.family import EngineFamily
+from roles.memory import size_of
 
 _MASTER_OWNED = owned_flags(
     "set it in the recipe's mooncake-master pool",
@@ -71,3 +74,29 @@ def _service_plan(
         health=HttpCheck(health_port, "/health"),
     )
     return ctx.plan([process], notes=notes)
+
+
+def build_service_plan(ctx: BuildContext, pool: MooncakeMasterPool | MooncakeDonorPool) -> Plan:
+    if isinstance(pool, MooncakeMasterPool):
+        return build_master_plan(ctx, pool)
+    return build_donor_plan(ctx, pool)
+
+
+def host_memory(pool: MooncakeMasterPool | MooncakeDonorPool, where: str) -> list[MemoryItem]:
+    """A donor mounts its global_segment_size (pinned when registered for RDMA); a master given one
+    in its args allocates it."""
+    if isinstance(pool, MooncakeDonorPool):
+        size = size_of(pool.global_segment_size, f"{where}.global_segment_size")
+        return [MemoryItem("mooncake donor segment", size, 1, pool.protocol == "rdma")]
+    if "global_segment_size" in pool.args:
+        size = size_of(pool.args["global_segment_size"], f"{where}.args.global_segment_size")
+        return [MemoryItem("mooncake master segment", size, 1, False)]
+    return []
+
+
+MOONCAKE = EngineFamily[MooncakeMasterPool | MooncakeDonorPool](
+    name="mooncake",
+    pools=(MooncakeMasterPool, MooncakeDonorPool),
+    build=build_service_plan,
+    host_memory=host_memory,
+)

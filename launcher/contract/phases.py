@@ -1,0 +1,18 @@
+"""The start-up phases a pod goes through, in order: the launcher's own, and those an engine's output
+announces (the plan's `StartupOutput` maps output lines to them). Metrics list every one."""
+
+from __future__ import annotations
+
+PREFLIGHT = "preflight"
+WAITING_FOR_LEADER = "waiting for leader"
+STARTING = "starting processes"
+LOADING_WEIGHTS = "loading weights"
+INITIALIZING = "initializing engine"  # profiling memory, allocating the KV cache, compiling
+CAPTURING_GRAPHS = "capturing graphs"
+STARTING_SERVER = "starting API server"
+STARTED = "started"
+STOPPING = "stopping"
+PHASES = (
+    PREFLIGHT, WAITING_FOR_LEADER, STARTING, LOADING_WEIGHTS, INITIALIZING, CAPTURING_GRAPHS,
+    STARTING_SERVER, STARTED, STOPPING,
+)  # fmt: skip

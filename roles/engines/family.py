@@ -1,0 +1,47 @@
+"""EngineFamily: everything the launcher knows about one engine family, in one place.
+
+Each module beside this one exports one descriptor; `roles.engines` maps a recipe pool class to it.
+Whatever the runtime needs (start-up phases, counters, metric names, shm names) reaches it through
+the Plan, so `healthchecks/` and `launcher/supervise/` hold no engine facts (docs/adding-an-engine.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
+
+from launcher.contract.plan import MemoryItem, PhasePattern, Plan, StartupOutput
+
+if TYPE_CHECKING:
+    from roles.context import BuildContext
+
+P = TypeVar("P")
+
+
+def no_host_memory(pool: Any, where: str) -> list[MemoryItem]:
+    return []
+
+
+@dataclass(frozen=True)
+class EngineFamily(Generic[P]):
+    name: str  # how the dry-run names the engine whose output it reads
+    pools: tuple[type[P], ...]  # its recipe pool class(es), launcher/config/recipe.py
+    build: Callable[[BuildContext, P], Plan]  # the pod's plan for one of those pools
+    # What a pod of the pool allocates on the host besides recipe host.engine_memory ("where" names
+    # the recipe field in errors): Mooncake segments, host caches.
+    host_memory: Callable[[P, str], list[MemoryItem]] = no_host_memory
+    catalog: str | None = None  # roles/catalogs/<catalog>.json: the flags recipe args are checked against
+    package: str | None = None  # the distribution that catalogue was generated from
+    host_ip_var: str | None = None  # the engine's own "my IP" variable, set to POD_IP
+    # --kv-transfer-config connector class -> (the module the engine imports for it, its package)
+    connector_modules: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    token_counters: tuple[str, ...] = ()  # its /metrics counters that move while it generates
+    served_metrics: tuple[str, ...] = ()  # its /metrics families that grow with requests served
+    startup_phases: tuple[PhasePattern, ...] = ()  # output lines that announce a start-up phase
+    ready_timeout_env: str | None = None  # its own start-up timeout, raised to the launcher's deadline
+    shm_segments: tuple[str, ...] = ()  # regexes of the /dev/shm files it leaves behind when it crashes
+
+    @property
+    def startup_output(self) -> StartupOutput | None:
+        return StartupOutput(self.name, self.startup_phases) if self.startup_phases else None

@@ -1,0 +1,130 @@
+"""SGLang: its facts (SGLANG, at the end) and its multi-host pods (e.g. one TPU slice per LWS group):
+the same command on every host, --node-rank = LWS_WORKER_INDEX, the HTTP API only on the leader."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from launcher.config.recipe import SglangPool
+from launcher.contract.addresses import host_port
+from launcher.contract.phases import CAPTURING_GRAPHS, INITIALIZING, LOADING_WEIGHTS
+from launcher.contract.plan import (
+    HttpCheck,
+    MemoryItem,
+    PhasePattern,
+    Plan,
+    PortSpec,
+    ProcessSpec,
+    ProgressSource,
+    RoleKind,
+)
+from roles.args import Arg, arg, args_from, flag_key
+from roles.context import BuildContext, owned_flags
+from roles.engines.family import EngineFamily
+from roles.memory import size_of
+
+LAUNCH_SERVER = ["python3", "-m", "sglang.launch_server"]
+
+_OWNED = {
+    **owned_flags(
+        "it follows the LWS env; change the recipe's topology instead",
+        "nnodes",
+        "node-rank",
+        "dist-init-addr",
+        "nccl-init-addr",
+    ),
+    **owned_flags("set the pool's tensor_parallel in the recipe", "tp-size", "tensor-parallel-size", "tp"),
+    **owned_flags("set the pool's port in the recipe", "port"),
+    **owned_flags(
+        "set model.path / model.served_name in the recipe", "model-path", "model", "served-model-name"
+    ),
+}
+
+
+def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
+    role = ctx.role
+    ctx.check_recipe_args(pool.args, _OWNED, "args", SGLANG.catalog)
+    model = ctx.recipe.model_for(pool)
+    leader = role.kind == RoleKind.LEADER
+    args: list[Arg] = [*arg("model-path", model.path), *arg("served-model-name", model.served_name)]
+    args += arg("tp-size", pool.tensor_parallel)
+    if role.group_size > 1:
+        dist_init = host_port(role.leader_address or "", pool.dist_init_port)
+        args += [
+            *arg("nnodes", role.group_size),
+            *arg("node-rank", role.worker_index),
+            *arg("dist-init-addr", dist_init),
+        ]
+    if leader:
+        args += [*arg("host", "0.0.0.0"), *arg("port", pool.port)]
+        if flag_key("enable-metrics") not in {
+            flag_key(f) for f in pool.args
+        }:  # the forward-progress watch reads its token counters
+            args += arg("enable-metrics")
+    args += args_from(pool.args)
+    argv, notes = ctx.command(LAUNCH_SERVER, args, _OWNED, SGLANG.catalog)
+
+    ports: list[PortSpec] = []
+    if leader:
+        ports.append(PortSpec(pool.port, "http"))
+        if role.group_size > 1:
+            ports.append(PortSpec(pool.dist_init_port, "dist-init"))
+    engine = ProcessSpec(
+        name="engine",
+        argv=argv,
+        env=ctx.env(ctx.recipe.env, pool.env),
+        critical=True,
+        ports=tuple(ports),
+        health=HttpCheck(pool.port, "/health") if leader else None,
+    )
+    watch = ctx.progress_watch(
+        [ProgressSource("engine", pool.port)], SGLANG.token_counters, model.served_name or model.path
+    )
+    return ctx.plan(
+        [engine],
+        notes=notes,
+        model_path=model.path,
+        leader_port=pool.port,
+        progress=SGLANG.startup_output,
+        forward=watch,
+    )
+
+
+def host_memory(pool: SglangPool, where: str) -> list[MemoryItem]:
+    """SGLang's HiCache host pool is known only when --hicache-size (GB per rank) is given; with
+    --hicache-ratio it is sized from the device pool at run time."""
+    args: Mapping[str, Any] = pool.args
+    size = args.get("hicache-size", args.get("hicache_size"))
+    if not args.get("enable-hierarchical-cache", args.get("enable_hierarchical_cache")) or not size:
+        return []
+    ranks = pool.devices_per_pod()[0]
+    per_rank = size_of(
+        f"{size}GB" if str(size).replace(".", "", 1).isdigit() else size, f"{where}.args.hicache-size"
+    )
+    return [MemoryItem(f"sglang hicache host pool x {ranks} ranks", per_rank * ranks, ranks, False)]
+
+
+SGLANG = EngineFamily(
+    name="sglang",
+    pools=(SglangPool,),
+    build=build_sglang_plan,
+    host_memory=host_memory,
+    catalog="sglang-server",
+    package="sglang",
+    host_ip_var="SGLANG_HOST_IP",  # SGLang 0.5.23 srt/utils/network.py reads it, then HOST_IP
+    # On the leader's /metrics, present only with --enable-metrics (SGLang 0.5.23
+    # srt/observability/metrics_collector.py).
+    token_counters=("sglang:generation_tokens_total", "sglang:prompt_tokens_total"),
+    # SGLang 0.5.23 model_runner.py, cuda_graph_setup.py.
+    startup_phases=(
+        PhasePattern("Load weight begin", LOADING_WEIGHTS),
+        PhasePattern("Load weight end", INITIALIZING),
+        PhasePattern("CUDA graph begin", CAPTURING_GRAPHS),
+    ),
+    # No ready_timeout_env: SGLang has no start-up timeout that fires before the launcher's deadline.
+    # --dist-timeout (default: torch's) bounds every collective, not only start-up, so it is left
+    # alone; the 120 s warm-up wait (srt/entrypoints/http_server.py _wait_and_warmup) begins only once
+    # the model is loaded.
+    shm_segments=(r"sglang_loads_[\w.-]+\.shm",),  # SGLang srt/managers/load_snapshot.py
+)
