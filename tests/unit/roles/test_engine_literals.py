@@ -1,0 +1,84 @@
+"""Engine facts live in roles/engines/ (and the pool classes of the recipe schema): a string literal
+naming an engine anywhere else is a fact declared outside its family (docs/adding-an-engine.md).
+Docstrings and comments may name engines; code may not."""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+PACKAGES = ("launcher", "roles", "healthchecks")
+ENGINE_NAMES = re.compile(r"vllm|sglang|mooncake", re.IGNORECASE)
+HOME = ("roles/engines/", "launcher/config/recipe.py")
+# file -> the literals allowed there, each with why.
+ALLOWED = {
+    # A help text's example of an env mapping; any variable name would do, this one is familiar.
+    "launcher/config/settings.py": {'give a JSON object of strings, e.g. {"VLLM_LOGGING_LEVEL": "DEBUG"}'},
+    # `local-group --service`'s help and error: examples naming the built-in recipe's Service pools.
+    "launcher/localgroup/__init__.py": {
+        "also run one pod of another pool of the recipe behind a Service called NAME, started first "
+        "(repeatable): e.g. --service mooncake-master=mooncake-master for a donor group",
+        "e.g. --service mooncake-master=mooncake-master",
+    },
+}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """Module, class and function docstrings, and bare string statements (attribute docs)."""
+    return {
+        id(node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Expr)
+        and isinstance(node.value, ast.Constant)
+        and isinstance(node.value.value, str)
+    }
+
+
+def engine_literals(path: Path) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    skip = _docstrings(tree)
+    return [
+        (node.lineno, node.value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in skip
+        and ENGINE_NAMES.search(node.value)
+    ]
+
+
+def test_no_engine_name_outside_the_engine_families() -> None:
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name = path.relative_to(ROOT).as_posix()
+            if name.startswith(HOME):
+                continue
+            allowed = ALLOWED.get(name, set())
+            found += [
+                f"{name}:{line}: {text[:80]!r}" for line, text in engine_literals(path) if text not in allowed
+            ]
+    assert found == [], "engine facts outside roles/engines/:\n" + "\n".join(found)
+
+
+def test_the_scan_sees_code_and_skips_docstrings(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        '"""Talks to vLLM."""\n'
+        "# sglang in a comment\n"
+        "def f() -> str:\n"
+        '    """SGLang too."""\n'
+        '    return "VLLM_HOST_IP"\n'
+        'TABLE = {"mooncake-master": 1}\n'
+        'OK = "engine"\n'
+    )
+    assert engine_literals(sample) == [(5, "VLLM_HOST_IP"), (6, "mooncake-master")]
+
+
+def test_every_allowance_is_still_needed() -> None:
+    """An allow-list entry whose literal is gone would quietly allow it again later."""
+    for name, allowed in ALLOWED.items():
+        present = {text for _, text in engine_literals(ROOT / name)}
+        assert allowed <= present, f"{name}: no longer holds {allowed - present}"
