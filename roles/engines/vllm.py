@@ -198,7 +198,7 @@ def _kv_events_watch(pool: VllmPool, ctx: BuildContext) -> KvEventsWatch | None:
 
 
 def _ipc_dir(ctx: BuildContext) -> str | None:
-    """IPv6 pods publish KV events on ipc:// for the launcher to relay (roles/connectors.py)."""
+    """IPv6 pods publish KV events on ipc:// for the launcher to relay (roles/engines/vllm_connectors.py)."""
     return ctx.runtime_dir if kv_events_need_relay(ctx.pod.pod_ip) else None
 
 
