@@ -6,7 +6,7 @@ batches, against a plain pyzmq SUB loop on the same stream, and its CPU per batc
   MessagePack [ts, events, rank], EVENTS BlockStored per batch, sent as fast as pyzmq can, or paced
 - plain loop: `recv_multipart()`, `msgpack.unpackb`, count the events: the least a subscriber does
   to count events (a receive-only loop is printed too, as the transport's ceiling)
-- watcher: healthchecks.kvevents.KvEventWatcher as the launcher runs it (decoding, counting, sequence
+- watcher: healthchecks.kvevents.watcher.KvEventWatcher as the launcher runs it (decoding, counting, sequence
   tracking); everything the publisher sent must be either received or counted missing: a silent drop
   is a batch in neither
 - steady rates: RATES batches/s; CPU is the subscriber process's own (all its threads, ZMQ's I/O
@@ -123,7 +123,7 @@ def watcher_run(port: int, started: Any, poll: float) -> tuple[int, int, int, fl
     CPU is counted too: poll rarely when CPU is what is measured)."""
     import structlog
 
-    from healthchecks.kvevents import KvEventWatcher
+    from healthchecks.kvevents.watcher import KvEventWatcher
     from launcher.contract.plan import KvEventSource, KvEventsWatch
 
     structlog.configure(logger_factory=structlog.PrintLoggerFactory(sys.stderr))

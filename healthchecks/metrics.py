@@ -11,7 +11,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from healthchecks.forward import ForwardWatcher
-from healthchecks.kvevents import EVENT_TYPES, WatcherState
+from healthchecks.kvevents.watcher import WatcherState
+from healthchecks.kvevents.wire import EVENT_TYPES
 from healthchecks.state import PodHealth
 from launcher.contract.phases import PHASES
 from launcher.contract.plan import ProcessSpec

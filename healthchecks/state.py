@@ -17,7 +17,7 @@ from launcher.supervise.outcome import Failed, Running, StopRequested, StopState
 
 if TYPE_CHECKING:
     from healthchecks.forward import ForwardWatcher
-    from healthchecks.kvevents import KvEventWatcher
+    from healthchecks.kvevents.watcher import KvEventWatcher
 
 
 class ProcessView(Protocol):

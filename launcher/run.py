@@ -162,12 +162,12 @@ async def _run(settings: Settings, recipe: Recipe, plan: Plan, log: Log, output:
             )
         ]
         if plan.kv_events is not None:  # subscribed before the engine binds: no early batch is missed
-            from healthchecks.kvevents import KvEventWatcher
+            from healthchecks.kvevents.watcher import KvEventWatcher
 
             health.kv_events = KvEventWatcher(plan.kv_events, log)
             background.append(asyncio.create_task(health.kv_events.run()))
             if any(s.ipc for s in plan.kv_events.sources):  # IPv6 pod: the router reaches the relay
-                from healthchecks.kvevents import KvEventRelay
+                from healthchecks.kvevents.relay import KvEventRelay
 
                 background.append(asyncio.create_task(KvEventRelay(plan.kv_events, log).run()))
         if startup > 0:

@@ -112,7 +112,7 @@ class KVEventsSpec(_Data):
     replay_port: Port | None = None
     buffer_steps: Count | None = None
     hwm: Count | None = None
-    # The launcher's watcher (healthchecks/kvevents.py):
+    # The launcher's watcher (healthchecks/kvevents/):
     silence_seconds: Seconds = 60.0  # no batch this long while requests are served = silent
     readiness: bool = False  # not ready while silent ("KV events flowing once a request was served")
 
@@ -357,7 +357,7 @@ class Recipe(_Data):
     @model_validator(mode="after")
     def _router_contract(self) -> "Recipe":
         """What the recipe alone shows of the router's contract; the engine's real block size is
-        checked at run time (healthchecks/kvevents.py)."""
+        checked at run time (healthchecks/kvevents/)."""
         for name, pool in self.pools.items():
             if not isinstance(pool, EnginePool) or pool.router is None:
                 continue

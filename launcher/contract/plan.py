@@ -72,7 +72,7 @@ class TcpCheck:
 
 @dataclass(frozen=True)
 class EventsFlowing:
-    """Passes until the engine served a request without publishing KV events (healthchecks/kvevents.py)."""
+    """Passes until the engine served a request without publishing KV events (healthchecks/kvevents/)."""
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ import httpx
 import pytest
 import zmq
 
-from healthchecks.kvevents import END_SEQ, decode
+from healthchecks.kvevents.wire import END_SEQ, decode
 from tests.engines.conftest import BLOCK_SIZE, watch_until_ready
 from tests.engines.engine_venvs import VENVS, engine_env
 from tests.pods import LauncherPod

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import structlog
 
-from healthchecks.kvevents import KvEventWatcher
+from healthchecks.kvevents.watcher import KvEventWatcher
 from launcher.contract.plan import KvEventSource, KvEventsWatch
 from tests.engines.conftest import BLOCK_SIZE, tiny_vllm_pod, watch_until_ready
 from tests.pods import LauncherPod

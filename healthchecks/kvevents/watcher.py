@@ -1,34 +1,20 @@
-"""The KV-event watcher: subscribes to every local rank's publisher, the way llm-d's router does, and
-says whether the stream is whole. Precise prefix-cache routing silently degrades when a publisher
-stops or loses messages; this is where that becomes visible (metrics, /kvevents, logs, readiness).
-
-Wire format (vLLM 0.32, vllm/distributed/kv_events.py: ZmqEventPublisher, EventBatch, KVCacheEvent;
-SGLang 0.5, sglang/srt/disaggregation/kv_events.py): three frames, `topic`, an 8-byte big-endian
-sequence number (per publisher, from 0) and a MessagePack batch `[ts, events, dp_rank]` (a msgspec
-Struct with array_like=True). Events are msgspec-tagged maps whose "type" names the kind (vLLM 0.32
-and 0.33, SGLang), or tagged arrays `[tag, ...]` (older vLLM, still accepted by llm-d's router).
-Missed sequence numbers are asked of the replay endpoint (a ROUTER): `[b"", seq8]` from a DEALER; it
-answers `[b"", topic, seq8, payload]` per buffered batch and ends with an empty topic and seq 0xff…ff.
-
-Decoding is one typed msgspec call that validates the shape as it goes; sequence tracking is pure;
-the watcher drains each SUB socket synchronously when its descriptor turns readable, so one
-event-loop wake-up handles a whole burst.
-"""
+"""The watcher (asyncio + pyzmq): drains each rank's SUB socket synchronously when its descriptor turns
+readable, so one event-loop wake-up handles a whole burst; asks the replay endpoint for gaps; calls a
+rank silent when the engine served requests (the plan's served_metrics on its /metrics) and no batch
+came for silence_seconds."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
-import os
 import time
 from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
+from typing import TYPE_CHECKING, Any
 
-import msgspec
-
+from healthchecks.kvevents.sequence import Gap, Seen, SequenceTracker
+from healthchecks.kvevents.wire import END_SEQ, REPLAY_TIMEOUT, Batch, BlockStored, Malformed, decode
 from launcher.contract.plan import KvEventSource, KvEventsWatch
 from launcher.supervise.logs import Log
 
@@ -37,183 +23,11 @@ if TYPE_CHECKING:
     import zmq
     import zmq.asyncio
 
-EVENT_TYPES = ("BlockStored", "BlockRemoved", "AllBlocksCleared")
-END_SEQ = 0xFFFFFFFFFFFFFFFF
-REPLAY_TIMEOUT = 5.0  # seconds to wait for one replay answer
 DRAIN_BATCH = 1000  # messages handled per wake-up before yielding to the loop
 COALESCE = 0.05  # seconds: while a publisher is busy its batches are read in bursts, one wake-up each
 RECENT = 16  # BlockStored events kept for /kvevents
 
 
-# ------------------------------------------------------------------ decoding (pure)
-BlockHash = int | bytes  # int by default, signed in SGLang, 32 raw bytes when vLLM is told so
-
-
-class KvEvent(msgspec.Struct, tag=True, frozen=True, gc=False):
-    """One KV-cache event; the tag (the class name) is the "type" key. Fields this watcher does not
-    use (vLLM's lora_name, extra_keys, group_idx, 0.33's lookahead_token_ids, SGLang's cache_salt)
-    are skipped, so an engine adding one changes nothing here."""
-
-    type: ClassVar[str]  # the tag, set below: read per event, so a class attribute, not a property
-
-
-class BlockStored(KvEvent, frozen=True):
-    # In the order of the tagged-array form, which the array subclass below inherits.
-    block_hashes: tuple[BlockHash, ...] = ()
-    parent_block_hash: BlockHash | None = None
-    token_ids: tuple[int, ...] = ()
-    block_size: int | None = None
-    lora_id: int | None = None
-    medium: str | None = None
-
-
-class BlockRemoved(KvEvent, frozen=True):
-    block_hashes: tuple[BlockHash, ...] = ()
-    medium: str | None = None
-
-
-class AllBlocksCleared(KvEvent, frozen=True):
-    pass
-
-
-# Older vLLM: the same events as positional arrays `[tag, field, ...]`. msgspec cannot mix array and
-# map forms in one union, so these are a second decoder, tried only when the first one fails.
-class _BlockStoredArray(BlockStored, array_like=True, tag="BlockStored", frozen=True):
-    pass
-
-
-class _BlockRemovedArray(BlockRemoved, array_like=True, tag="BlockRemoved", frozen=True):
-    pass
-
-
-class _AllBlocksClearedArray(AllBlocksCleared, array_like=True, tag="AllBlocksCleared", frozen=True):
-    pass
-
-
-for _kind in (BlockStored, BlockRemoved, AllBlocksCleared, _BlockStoredArray, _BlockRemovedArray,
-              _AllBlocksClearedArray):  # fmt: skip
-    _kind.type = str(_kind.__struct_config__.tag)
-
-
-class _WireBatch(msgspec.Struct, array_like=True, gc=False):
-    ts: float
-    events: list[BlockStored | BlockRemoved | AllBlocksCleared]
-    rank: int | None = None  # vLLM's data_parallel_rank, SGLang's attn_dp_rank; absent in older ones
-
-
-class _WireBatchOfArrays(msgspec.Struct, array_like=True, gc=False):
-    ts: float
-    events: list[_BlockStoredArray | _BlockRemovedArray | _AllBlocksClearedArray]
-    rank: int | None = None
-
-
-_DECODE = msgspec.msgpack.Decoder(_WireBatch).decode
-_DECODE_ARRAYS = msgspec.msgpack.Decoder(_WireBatchOfArrays).decode
-_DECODE_ANY = msgspec.msgpack.Decoder().decode
-
-
-class Batch(NamedTuple):  # a tuple: built ~100k times a second when a publisher floods
-    topic: bytes
-    seq: int
-    ts: float
-    rank: int | None
-    events: Sequence[KvEvent]
-
-
-class Malformed(ValueError):
-    """One kind per way a message can be wrong; the kind is a metric label."""
-
-    def __init__(self, kind: str, detail: str) -> None:
-        super().__init__(f"{kind}: {detail}")
-        self.kind = kind
-
-
-def decode(frames: list[bytes]) -> Batch:
-    """One typed call decodes and validates the usual (map-form) batch; the tagged-array form, and
-    which kind of wrong a bad message is, are worked out only when that call fails."""
-    if len(frames) != 3:
-        raise Malformed("frames", f"{len(frames)} frames, expected 3 (topic, seq, payload)")
-    topic, seq_bytes, payload = frames
-    if len(seq_bytes) != 8:
-        raise Malformed("sequence", f"sequence frame of {len(seq_bytes)} bytes, expected 8")
-    try:
-        body: _WireBatch | _WireBatchOfArrays = _DECODE(payload)
-    except msgspec.ValidationError as exc:
-        try:
-            body = _DECODE_ARRAYS(payload)
-        except msgspec.ValidationError as array_exc:
-            raise _malformed(payload, exc, array_exc) from None
-    except msgspec.DecodeError as exc:
-        raise Malformed("msgpack", f"payload is not MessagePack ({exc})") from None
-    return Batch(topic, int.from_bytes(seq_bytes, "big"), body.ts, body.rank, body.events)
-
-
-def _malformed(payload: bytes, as_maps: Exception, as_arrays: Exception) -> Malformed:
-    """Which kind of wrong: told from the payload's generic shape (the slow path, for bad messages
-    only), with the typed decoder's own account of where it broke as the detail."""
-    try:
-        body = _DECODE_ANY(payload)
-    except msgspec.DecodeError as exc:  # well-formed up to where the typed decoder stopped
-        return Malformed("msgpack", f"payload is not MessagePack ({exc})")
-    if type(body) is not list or len(body) < 2 or type(body[1]) is not list:
-        return Malformed("batch", f"payload is not [ts, events, dp_rank]: {as_maps}")
-    if type(body[0]) not in (int, float) or not (len(body) == 2 or body[2] is None or type(body[2]) is int):
-        return Malformed("batch", f"payload is not [ts, events, dp_rank]: {as_maps}")
-    if any(type(raw) is list for raw in body[1]):
-        as_maps = as_arrays
-    for raw in body[1]:
-        if type(raw) is dict:
-            kind = raw.get("type")
-        elif type(raw) is list and raw and type(raw[0]) is str:
-            kind = raw[0]
-        else:
-            return Malformed("event", "an event is neither a map with 'type' nor a tagged array")
-        if kind not in EVENT_TYPES:
-            return Malformed("event-type", f"unknown event type {str(kind)[:40]!r}")
-    return Malformed("event", str(as_maps))  # a known kind with a field of the wrong type
-
-
-# ------------------------------------------------------------------ sequence tracking (pure)
-@dataclass(frozen=True)
-class Gap:
-    first: int  # the missing sequence numbers are first..last
-    last: int
-
-    @property
-    def size(self) -> int:
-        return self.last - self.first + 1
-
-
-class Seen(enum.Enum):
-    NEXT = "next in line"
-    RESET = "the publisher restarted"
-    OLD = "already seen"
-
-
-class SequenceTracker:
-    """What each arriving sequence number means: next in line, a gap, a restarted publisher, or old."""
-
-    def __init__(self) -> None:
-        self.expected: int | None = None  # None: nothing seen yet
-
-    def see(self, seq: int) -> Gap | Seen:
-        expected = self.expected
-        if seq == expected:
-            self.expected = seq + 1
-            return Seen.NEXT
-        if expected is None:
-            self.expected = seq + 1
-            return Gap(0, seq - 1) if seq > 0 else Seen.NEXT  # batches published before we connected
-        if seq > expected:
-            self.expected = seq + 1
-            return Gap(expected, seq - 1)
-        if seq == 0:  # a new publisher (the engine restarted) counts from 0 again
-            self.expected = 1
-            return Seen.RESET
-        return Seen.OLD  # already seen (replayed twice, or a stale duplicate)
-
-
-# ------------------------------------------------------------------ per-rank state
 @dataclass
 class RankStats:
     source: KvEventSource
@@ -280,7 +94,6 @@ def _stored_dict(rank: int, seq: int, event: BlockStored) -> dict[str, Any]:
     }
 
 
-# ------------------------------------------------------------------ the watcher (asyncio + pyzmq)
 class KvEventWatcher:
     _ctx: zmq.Context[zmq.Socket[bytes]]  # from run() on
 
@@ -547,93 +360,3 @@ async def _requests_served(
         if family.name.removesuffix("_total") in families:
             total += sum(sample.value for sample in family.samples if not sample.name.endswith("_created"))
     return total
-
-
-class KvEventRelay:
-    """IPv6 pods: vLLM 0.32.0 binds tcp://*:N without zmq.IPV6 (vllm/distributed/kv_events.py `_bind`),
-    so it listens on IPv4 only and the router could never subscribe. The engine publishes on ipc://
-    instead; this relays each rank on a dual-stack tcp://*:port, frames untouched, and answers replay
-    requests on tcp://*:replay_port by asking the engine's ROUTER for the caller (vLLM's ROUTER wants
-    exactly [identity, "", start], so a plain ROUTER-DEALER proxy's extra envelope would be refused)."""
-
-    def __init__(self, watch: KvEventsWatch, log: Log) -> None:
-        self.sources = [s for s in watch.sources if s.ipc]
-        self.log = log
-        for source in self.sources:  # the engine binds its ipc:// sockets there as it starts
-            for endpoint in (source.ipc, source.replay_ipc):
-                if endpoint:
-                    os.makedirs(os.path.dirname(endpoint.removeprefix("ipc://")), exist_ok=True)
-
-    async def run(self) -> None:
-        import zmq
-        import zmq.asyncio
-
-        ctx = zmq.asyncio.Context()
-        tasks = []
-        try:
-            for source in self.sources:
-                assert source.ipc is not None
-                upstream = ctx.socket(zmq.SUB)
-                upstream.setsockopt(zmq.SUBSCRIBE, b"")
-                upstream.setsockopt(zmq.RCVHWM, 0)
-                upstream.connect(source.ipc)
-                public = ctx.socket(zmq.PUB)
-                public.setsockopt(zmq.IPV6, 1)
-                public.bind(f"tcp://*:{source.port}")
-                tasks.append(asyncio.create_task(self._forward(upstream, public)))
-                if source.replay_ipc and source.replay_port:
-                    router = ctx.socket(zmq.ROUTER)
-                    router.setsockopt(zmq.IPV6, 1)
-                    router.bind(f"tcp://*:{source.replay_port}")
-                    tasks.append(asyncio.create_task(self._replays(ctx, router, source.replay_ipc)))
-                self.log.info(
-                    "relaying KV events on dual-stack TCP",
-                    rank=source.rank,
-                    port=source.port,
-                    replay_port=source.replay_port,
-                    engine=source.ipc,
-                )
-            await asyncio.gather(*tasks)
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:  # the engine serves on; the router just sees no events
-            self.log.error("KV-event relay stopped", error=repr(exc))
-        finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
-            ctx.destroy(linger=0)
-
-    @staticmethod
-    async def _forward(upstream: zmq.asyncio.Socket, public: zmq.asyncio.Socket) -> None:
-        while True:
-            await public.send_multipart(await upstream.recv_multipart(copy=True))
-
-    async def _replays(self, ctx: zmq.asyncio.Context, router: zmq.asyncio.Socket, engine: str) -> None:
-        while True:
-            frames = await router.recv_multipart()
-            if len(frames) != 3:
-                continue
-            client, _, start = frames
-            with contextlib.suppress(asyncio.TimeoutError):
-                await self._replay_one(ctx, router, engine, client, start)
-
-    @staticmethod
-    async def _replay_one(
-        ctx: zmq.asyncio.Context, router: zmq.asyncio.Socket, engine: str, client: bytes, start: bytes
-    ) -> None:
-        import zmq
-
-        dealer = ctx.socket(zmq.DEALER)
-        dealer.setsockopt(zmq.LINGER, 0)
-        dealer.connect(engine)
-        try:
-            await dealer.send_multipart([b"", start])
-            while True:
-                reply = await asyncio.wait_for(dealer.recv_multipart(), timeout=REPLAY_TIMEOUT)
-                reply = reply[1:] if reply and reply[0] == b"" else reply
-                await router.send_multipart([client, b"", *reply])
-                if len(reply) == 3 and reply[0] == b"" and int.from_bytes(reply[1], "big") == END_SEQ:
-                    return
-        finally:
-            dealer.close(0)
