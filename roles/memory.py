@@ -2,7 +2,8 @@
 that the memory preflight (against the container's limit and RLIMIT_MEMLOCK) and the manifests'
 memory requests and limits share, so the two cannot disagree (tests/unit/deploy/test_manifests.py).
 
-Mooncake registers its segments for RDMA, so they are pinned, resident memory, charged to the pod:
+What a pool allocates is its engine family's `host_memory` (roles/engines/). Mooncake registers its
+segments for RDMA, so they are pinned, resident memory, charged to the pod:
 - vLLM's MooncakeStoreConnector: every GPU worker process holds its own store client, which mounts
   `global_segment_size` into the pool and keeps a `local_buffer_size` transfer buffer (vLLM 0.32.0
   vllm/distributed/mooncake_store.py: both default to 4 GiB; mode standalone-store mounts none);

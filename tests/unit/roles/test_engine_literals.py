@@ -8,9 +8,12 @@ import ast
 import re
 from pathlib import Path
 
+from roles.engines import FAMILIES
+
 ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ("launcher", "roles", "healthchecks")
-ENGINE_NAMES = re.compile(r"vllm|sglang|mooncake", re.IGNORECASE)
+# Every registered family's name: a new engine is checked from the day it is registered.
+ENGINE_NAMES = re.compile("|".join(re.escape(family.name) for family in FAMILIES), re.IGNORECASE)
 HOME = ("roles/engines/", "launcher/config/recipe.py")
 # file -> the literals allowed there, each with why.
 ALLOWED = {
