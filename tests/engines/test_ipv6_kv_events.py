@@ -29,7 +29,9 @@ POD_IP = "fd00::7"
 @pytest.fixture
 def ipv6_network() -> None:
     if "llmd6a" not in Path("/proc/net/dev").read_text():
-        pytest.fail("run it in the IPv6-only namespace of tests/engines/ipv6_network.sh (tests/run.sh does)")
+        pytest.fail(
+            "run it in the IPv6-only namespace of tests/engines/ipv6_network.sh (tests/test.sh ipv6 does)"
+        )
 
 
 def test_events_reach_an_ipv6_subscriber(ipv6_network: None, tiny_model: Path, tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """Group tier: whole LWS groups on this machine through `llm-d-launcher local-group`, every pod in its
 own network, UTS and mount namespace with its own IP on a bridge and the LWS DNS names in a private
-/etc/hosts. tests/run.sh runs this tier under `unshare -rnm` (user + network + mount namespaces of the
-test run's own), so the bridge, the pods and their traffic exist only inside it, and the tests reach
+/etc/hosts. `tests/test.sh group` runs this tier under `unshare -rnm` (user + network + mount namespaces
+of the test run's own), so the bridge, the pods and their traffic exist only inside it, and the tests reach
 every pod's IP through the bridge."""
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ def own_namespaces() -> None:
     interfaces = {line.split(":")[0].strip() for line in Path("/proc/net/dev").read_text().splitlines()[2:]}
     if interfaces != {"lo"} or os.geteuid() != 0:
         pytest.fail(
-            "the group tier makes a bridge and namespaces: run it through tests/run.sh, which runs it "
-            f"under `unshare -rnm` (found interfaces {sorted(interfaces)}, euid {os.geteuid()})"
+            "the group tier makes a bridge and namespaces: run it through `tests/test.sh group`, which "
+            f"runs it under `unshare -rnm` (found interfaces {sorted(interfaces)}, euid {os.geteuid()})"
         )
 
 

@@ -42,7 +42,7 @@ DOWNWARD = {"status.podIP": "10.64.0.10", "metadata.name": "pod-0", "metadata.na
 
 
 def kustomize(directory: Path) -> str:
-    """What `kubectl apply -k` would send (Debian: kubernetes-client; tests/run.sh installs it)."""
+    """What `kubectl apply -k` would send (Debian: kubernetes-client; tests/install.sh installs it)."""
     kubectl = shutil.which("kubectl")
     assert kubectl, "kubectl is needed to render deploy/ (apt-get install kubernetes-client)"
     done = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True, check=False)

