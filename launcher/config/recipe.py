@@ -171,7 +171,7 @@ PreflightCheck = Literal["network", "memory", "memlock", "checkpoint", "drafter"
 
 
 class HostSpec(_Data):
-    """What the preflight checks on the host a pod lands on (README "Preflight")."""
+    """What the preflight checks on the host a pod lands on (docs/preflight.md)."""
 
     engine_memory: Size | None = Field(
         None,

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 
 TERMINATION_LIMIT = 4096  # bytes the kubelet keeps of /dev/termination-log
 
-# Exit codes the launcher chooses itself when it ends the pod (README "Exit codes"); otherwise the
-# pod exits with the engine's own code, 128+N for signal N, 2 for bad input, 1 for an internal error.
+# Exit codes the launcher chooses itself when it ends the pod (docs/reference/exit-codes.md); otherwise
+# the pod exits with the engine's own code, 128+N for signal N, 2 for bad input, 1 for an internal error.
 EXIT_ENGINE_QUIT = 3  # the engine exited 0 although no stop was asked for: a crash, not a success
 EXIT_GROUP_BROKEN = 4  # another pod of the LWS group is gone (healthchecks/peers.py)
 EXIT_STALLED = 5  # the engine runs but makes no progress: its canary failed (healthchecks/forward.py)

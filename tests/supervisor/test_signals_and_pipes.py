@@ -24,7 +24,7 @@ def _standin_started(text: str) -> bool:
 
 def test_early_sigterm_never_lets_the_engine_start(make_pod: MakePod) -> None:
     # Below ~50 ms Python itself is still starting (site, .pth files): the default action kills the
-    # launcher then (outside PID 1), before anything could be spawned. README "Signals".
+    # launcher then (outside PID 1), before anything could be spawned. docs/running-a-pod.md "Signals".
     for delay in (0.005, 0.02, 0.05, 0.08, 0.12, 0.2, 0.25, 0.3):
         pod = make_pod().start()
         time.sleep(delay)

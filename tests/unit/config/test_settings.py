@@ -1,5 +1,5 @@
 """Each setting is declared once (launcher/config/settings.py); the CLI flags, --help, error fixes and
-the README's settings table are generated from that declaration and must not drift from it."""
+the settings table in docs/settings.md are generated from that declaration and must not drift from it."""
 
 from __future__ import annotations
 
@@ -23,18 +23,18 @@ from launcher.config.settings import (
 )
 from tests.unit.user_recipe import engine
 
-README = Path(__file__).resolve().parents[3] / "README.md"
+SETTINGS_PAGE = Path(__file__).resolve().parents[3] / "docs" / "settings.md"
 
 
 def _readme_table() -> str:
-    text = README.read_text()
+    text = SETTINGS_PAGE.read_text()
     start = text.index("| env | CLI | meaning |")
     return text[start : text.index("\n\n", start)] + "\n"
 
 
 def test_readme_settings_table_matches_the_declarations() -> None:
     assert _readme_table() == settings_table(), (
-        "README.md's settings table drifted: regenerate it with `python -m launcher.config.settings`"
+        "docs/settings.md's settings table drifted: regenerate it with `python -m launcher.config.settings`"
     )
 
 

@@ -1,5 +1,5 @@
-"""Probe rules per role (written out from the issue and README.md "Probes", not generated), the start-up
-progress parser on the engines' own line formats, and PodHealth's answers."""
+"""Probe rules per role (written out from the issue and docs/probes-and-watchers.md, not generated), the
+start-up progress parser on the engines' own line formats, and PodHealth's answers."""
 
 from __future__ import annotations
 

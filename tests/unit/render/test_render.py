@@ -13,6 +13,9 @@ from typing import Any
 import pytest
 
 from launcher.contract.redact import REDACTED
+from tests.unit.repo.markdown import ROOT, examples
+
+PLAN_PAGE = ROOT / "docs" / "plan-json.md"
 
 DECODE = {"LWS_LEADER_ADDRESS": "d-0.d.ns", "LWS_GROUP_SIZE": "4", "LWS_WORKER_INDEX": "1",
           "POD_IP": "10.1.2.3",
@@ -141,7 +144,7 @@ def test_json_schema_is_stable(plan_json: Any) -> None:
 
 
 def test_readme_documents_the_json_schema() -> None:
-    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    readme = PLAN_PAGE.read_text()
     for key in ("llm-d-launcher/plan/v1", "llm-d-launcher/group/v1", "placeholders", "health", "critical"):
         assert key in readme
 
@@ -185,11 +188,9 @@ def test_group_shell_refuses_a_pod_outside_the_group(run_cli: Any) -> None:
 
 
 def test_readme_group_example_is_what_plan_prints(run_cli: Any) -> None:
-    readme = (Path(__file__).parents[3] / "README.md").read_text()
-    section = readme.split("## Example: `plan --group` for one prefill group", 1)[1]
-    command = section.split("`")[1]  # `LWS_...=... llm-d-launcher plan --group`
-    block = section.split("```\n")[1]
-    env = dict(item.split("=", 1) for item in command.split() if "=" in item)
+    (example,) = [e for e in examples(PLAN_PAGE) if e.argv == ["plan", "--group"]]
+    block = "\n".join(example.output) + "\n"
+    env = example.env
     code, out, _ = run_cli("plan", "--group", env=env)
     assert code == 0
     assert block == out
@@ -240,8 +241,8 @@ def test_group_notes_go_to_stderr_for_machine_formats(run_cli: Any) -> None:
 
 
 def test_readme_json_schema_matches_plan_to_dict(plan_json: Any) -> None:
-    """The README's schema block lists exactly the keys the JSON has, at every level shown."""
-    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    """docs/plan-json.md's schema block lists exactly the keys the JSON has, at every level shown."""
+    readme = PLAN_PAGE.read_text()
     block = readme.split("## Plan JSON (`--format json`)", 1)[1].split("```")[1]
     documented = set(re.findall(r'"(\w+)":', block))
     plan = plan_json(env=DECODE)
