@@ -19,7 +19,6 @@ PENDING = {
     "docs/reference/metrics.md": "generated from healthchecks/metrics.py",
     "docs/reference/recipe-schema.md": "generated from the recipe models",
     "docs/reference/catalogs.md": "generated from roles/catalogs/",
-    "docs/adding-an-engine.md": "the steps to add an engine family",
     "docs/adding-a-watcher.md": "the steps to add a watcher",
 }
 PLACEHOLDER = "TODO(pending)"
