@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import msgspec
 
+from launcher.contract.log import Log
 from launcher.contract.plan import KvEventSource, KvEventsWatch
-from launcher.supervise.logs import Log
 
 if TYPE_CHECKING:
     import aiohttp

@@ -14,8 +14,8 @@ from healthchecks.forward import ForwardWatcher
 from healthchecks.kvevents import EVENT_TYPES, WatcherState
 from healthchecks.progress import PHASES
 from healthchecks.state import PodHealth
+from launcher.contract.exits import exit_code_of
 from launcher.contract.plan import ProcessSpec
-from launcher.supervise.outcome import exit_code_of
 
 PREFIX = "llmd_launcher_"
 PROBE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)

@@ -19,7 +19,7 @@ from healthchecks.progress import (
     StartupProgress,
 )
 from launcher.contract.plan import Check, EventsFlowing, Probes, ProcessSpec
-from launcher.supervise.outcome import Failed, Running, StopRequested, StopState
+from launcher.contract.stop import Failed, Running, StopRequested, StopState
 
 if TYPE_CHECKING:
     from healthchecks.forward import ForwardWatcher

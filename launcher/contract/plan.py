@@ -280,11 +280,11 @@ class Plan:
     pod: PodIdentity
     processes: tuple[ProcessSpec, ...]
     shutdown: ShutdownBudget  # the grace period's timeline, shown by the dry-run, kept by the supervisor
+    probes: Probes  # what the probe server answers from: every pod has its rules
     files: tuple[FileSpec, ...] = ()
     notes: tuple[str, ...] = ()
     placeholders: tuple[str, ...] = ()  # values only the pod knows, shown as $(VAR)
     model_path: str | None = None  # where the engine loads weights from: a directory or a hub id
-    probes: Probes | None = None  # set by roles.build_plan for every pod
     kv_events: KvEventsWatch | None = None  # the publishers the launcher watches
     needs: HostNeeds = field(default_factory=HostNeeds)  # what preflight checks on the host
 

@@ -12,7 +12,7 @@ import pytest
 from healthchecks.progress import INITIALIZING, LOADING_WEIGHTS, STARTING_SERVER, StartupProgress
 from healthchecks.state import CheckResult, PodHealth
 from launcher.contract.plan import Check, HttpCheck, Probes, ProcessSpec
-from launcher.supervise.outcome import RUNNING, Failed, StopRequested, StopState
+from launcher.contract.stop import RUNNING, Failed, StopRequested, StopState
 from tests.unit.roles.test_golden_kimi import DECODE_LEADER, PREFILL_LEADER, TPU_LEADER, lws
 
 
