@@ -106,7 +106,7 @@ class ProgressSource:
 
 @dataclass(frozen=True)
 class ProgressWatch:
-    """Forward progress of the serving engine (healthchecks/progress_watch.py). The engine's own token
+    """Forward progress of the serving engine (healthchecks/forward.py). The engine's own token
     counters must advance; when they have not for `stall_seconds`, one canary (a one-token completion)
     must come back within `canary_seconds`, or the engine is stalled and the pod ends. A busy engine is
     never canaried: its counters move. Headless workers have no API: a stalled worker stops the
