@@ -10,8 +10,8 @@ import time
 from typing import TYPE_CHECKING
 
 from healthchecks.state import CheckResult, PodHealth
+from launcher.contract.log import Log
 from launcher.contract.plan import Check, EventsFlowing, HttpCheck, TcpCheck
-from launcher.supervise.logs import Log
 
 if TYPE_CHECKING:
     from aiohttp import ClientSession

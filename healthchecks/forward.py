@@ -24,8 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from launcher.contract.exits import STALLED
+from launcher.contract.log import Log
 from launcher.contract.plan import ProgressSource, ProgressWatch
-from launcher.supervise.logs import Log
 
 if TYPE_CHECKING:
     from aiohttp import ClientSession
@@ -117,8 +118,8 @@ class ForwardWatcher:
             self.log.debug("canary answered", source=state.source.name, detail=detail)
             return
         self.stalled_source = state.source.name
-        self.stalled = (
-            f"engine stalled: {state.source.name} (:{state.source.port}) made no progress for "
+        self.stalled = STALLED.says(
+            detail=f"{state.source.name} (:{state.source.port}) made no progress for "
             f"{self.clock() - state.progress_at:.0f} s ({' and '.join(self.watch.counters)} still; "
             f"/metrics: {state.read}) and its canary {detail}"
         )

@@ -1,10 +1,15 @@
 """/metrics: the launcher's view of the pod, read from PodHealth and the supervisor at scrape time
-(so it can never disagree with the probes), plus the probe latency histogram."""
+(so it can never disagree with the probes), plus the probe latency histogram.
+
+Every metric is declared once in METRICS (name, type, help, labels); the collector builds its families
+from those declarations and docs/reference/metrics.md is generated from them (scripts/generate_docs.py)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Literal
 
 from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -14,12 +19,134 @@ from healthchecks.forward import ForwardWatcher
 from healthchecks.kvevents.watcher import WatcherState
 from healthchecks.kvevents.wire import EVENT_TYPES
 from healthchecks.state import PodHealth
+from launcher.contract.exits import exit_code_of
 from launcher.contract.phases import PHASES
 from launcher.contract.plan import ProcessSpec
-from launcher.supervise.outcome import exit_code_of
 
 PREFIX = "llmd_launcher_"
 PROBE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """One metric as scrapers see it; its families are built from here, never from literals."""
+
+    name: str  # without PREFIX
+    kind: Literal["gauge", "counter", "histogram"]
+    help: str
+    labels: tuple[str, ...] = ()
+
+    @property
+    def full_name(self) -> str:
+        return PREFIX + self.name
+
+    @property
+    def exposed(self) -> str:
+        """The sample name in the exposition: counters end in _total (OpenMetrics)."""
+        return self.full_name + "_total" if self.kind == "counter" else self.full_name
+
+    def family(self) -> GaugeMetricFamily | CounterMetricFamily:
+        kind = GaugeMetricFamily if self.kind == "gauge" else CounterMetricFamily
+        return kind(self.full_name, self.help, labels=list(self.labels))
+
+    def value(self, value: float) -> GaugeMetricFamily:
+        """A gauge without labels, with its one value."""
+        return GaugeMetricFamily(self.full_name, self.help, value=float(value))
+
+
+PROCESS_UP = MetricSpec("process_up", "gauge", "1 while the process runs", ("process",))
+PROCESS_RESTARTS = MetricSpec(
+    "process_restarts", "counter", "restarts of a sidecar by the launcher", ("process",)
+)
+PROCESS_LAST_EXIT_CODE = MetricSpec(
+    "process_last_exit_code",
+    "gauge",
+    "exit code of the process's last exit (128+N: killed by signal N)",
+    ("process",),
+)
+LIVE = MetricSpec("live", "gauge", "1 while no critical process has died")
+READY = MetricSpec("ready", "gauge", "1 while every readiness check passes and no stop has begun")
+CHECK_UP = MetricSpec("check_up", "gauge", "1 while the check passes", ("check",))
+CHECK_DURATION = MetricSpec(
+    "check_duration_seconds", "gauge", "how long the check's latest run took", ("check",)
+)
+STARTUP_PHASE = MetricSpec("startup_phase", "gauge", "1 for the pod's current phase", ("phase",))
+STARTUP_DURATION = MetricSpec(
+    "startup_duration_seconds", "gauge", "seconds from launch until start-up ended (so far, while it has not)"
+)
+WEIGHT_LOAD_PROGRESS = MetricSpec(
+    "weight_load_progress_ratio", "gauge", "weight shards loaded over shards to load"
+)
+KV_EVENTS = MetricSpec("kv_events", "counter", "KV-cache events received", ("rank", "type"))
+KV_EVENT_COUNTERS = {
+    name: MetricSpec(f"kv_event_{name}", "counter", doc, ("rank",))
+    for name, doc in (
+        ("batches", "KV-event batches received (replayed ones included)"),
+        ("gaps", "sequence gaps seen"),
+        ("batches_missed", "batches found missing from the sequence"),
+        ("batches_recovered", "missing batches the replay endpoint delivered"),
+        ("batches_lost", "missing batches never delivered"),
+        ("publisher_resets", "times the publisher's sequence restarted from 0"),
+    )
+}
+KV_EVENT_SINCE = MetricSpec(
+    "kv_event_seconds_since_last_batch", "gauge", "age of the latest batch", ("rank",)
+)
+KV_EVENT_SILENT = MetricSpec(
+    "kv_event_silent", "gauge", "1 while no batch came although requests were served", ("rank",)
+)
+KV_EVENT_BLOCK_SIZE_MISMATCH = MetricSpec(
+    "kv_event_block_size_mismatch",
+    "gauge",
+    "1 while BlockStored events carry another block_size than the router's blockSizeTokens",
+    ("rank",),
+)
+KV_EVENT_MALFORMED = MetricSpec(
+    "kv_event_malformed", "counter", "messages that could not be decoded, by kind", ("kind",)
+)
+FORWARD_SINCE = MetricSpec(
+    "forward_seconds_since_progress",
+    "gauge",
+    "seconds since the engine's token counters moved or a canary came back",
+    ("source",),
+)
+FORWARD_STALLED = MetricSpec("forward_stalled", "gauge", "1 once the engine is judged stalled", ("source",))
+FORWARD_CANARIES = MetricSpec(
+    "forward_canaries", "counter", "one-token canary requests sent, by outcome", ("source", "outcome")
+)
+LOG_LINES_DROPPED = MetricSpec(
+    "log_lines_dropped",
+    "counter",
+    "output lines dropped because the reader of the launcher's stdout/stderr fell behind",
+)
+PROBE_DURATION = MetricSpec(
+    "probe_duration_seconds", "histogram", "time to answer a probe, inside the launcher", ("endpoint",)
+)
+
+METRICS = (
+    PROCESS_UP,
+    PROCESS_RESTARTS,
+    PROCESS_LAST_EXIT_CODE,
+    LIVE,
+    READY,
+    CHECK_UP,
+    CHECK_DURATION,
+    STARTUP_PHASE,
+    STARTUP_DURATION,
+    WEIGHT_LOAD_PROGRESS,
+    KV_EVENTS,
+    *KV_EVENT_COUNTERS.values(),
+    KV_EVENT_SINCE,
+    KV_EVENT_SILENT,
+    KV_EVENT_BLOCK_SIZE_MISMATCH,
+    KV_EVENT_MALFORMED,
+    FORWARD_SINCE,
+    FORWARD_STALLED,
+    FORWARD_CANARIES,
+    LOG_LINES_DROPPED,
+    PROBE_DURATION,
+)
+"""Every metric the launcher serves, in the order of docs/reference/metrics.md."""
 
 
 class PodCollector(Collector):
@@ -31,52 +158,34 @@ class PodCollector(Collector):
         yield from self._processes()
         live, _ = health.liveness()
         ready, _ = health.readiness()
-        yield _gauge("live", "1 while no critical process has died", live)
-        yield _gauge("ready", "1 while every readiness check passes and no stop has begun", ready)
-        checks = GaugeMetricFamily(PREFIX + "check_up", "1 while the check passes", labels=["check"])
-        seconds = GaugeMetricFamily(
-            PREFIX + "check_duration_seconds", "how long the check's latest run took", labels=["check"]
-        )
+        yield LIVE.value(live)
+        yield READY.value(ready)
+        checks, seconds = CHECK_UP.family(), CHECK_DURATION.family()
         for check in health.checks:
             checks.add_metric([check.name], float(health.passing(check)[0]))
             if (result := health.results.get(check.name)) is not None:
                 seconds.add_metric([check.name], result.seconds)
         yield checks
         yield seconds
-        phase = GaugeMetricFamily(PREFIX + "startup_phase", "1 for the pod's current phase", labels=["phase"])
+        phase = STARTUP_PHASE.family()
         current = health.phase
         for name in PHASES:
             phase.add_metric([name], float(name == current))
         yield phase
-        yield _gauge(
-            "startup_duration_seconds",
-            "seconds from launch until start-up ended (so far, while it has not)",
-            health.startup_seconds,
-        )
+        yield STARTUP_DURATION.value(health.startup_seconds)
         ratio = health.progress.weight_ratio
         if ratio is not None:
-            yield _gauge("weight_load_progress_ratio", "weight shards loaded over shards to load", ratio)
+            yield WEIGHT_LOAD_PROGRESS.value(ratio)
         if health.kv_events is not None:
             yield from _kv_events(health.kv_events.state)
         if health.forward is not None:
             yield from _forward(health.forward)
-        dropped = CounterMetricFamily(
-            PREFIX + "log_lines_dropped",
-            "output lines dropped because the reader of the launcher's stdout/stderr fell behind",
-        )
+        dropped = LOG_LINES_DROPPED.family()
         dropped.add_metric([], float(health.dropped_lines()))
         yield dropped
 
     def _processes(self) -> Iterator[Metric]:
-        up = GaugeMetricFamily(PREFIX + "process_up", "1 while the process runs", labels=["process"])
-        restarts = CounterMetricFamily(
-            PREFIX + "process_restarts", "restarts of a sidecar by the launcher", labels=["process"]
-        )
-        last = GaugeMetricFamily(
-            PREFIX + "process_last_exit_code",
-            "exit code of the process's last exit (128+N: killed by signal N)",
-            labels=["process"],
-        )
+        up, restarts, last = PROCESS_UP.family(), PROCESS_RESTARTS.family(), PROCESS_LAST_EXIT_CODE.family()
         for name in (p.name for p in self._plan_processes()):
             state = self.health.process(name)
             up.add_metric([name], float(state is not None and state.running))
@@ -93,30 +202,10 @@ class PodCollector(Collector):
 
 
 def _kv_events(state: WatcherState) -> Iterator[Metric]:
-    rank = ["rank"]
-    events = CounterMetricFamily(PREFIX + "kv_events", "KV-cache events received", labels=["rank", "type"])
-    counters = {
-        name: CounterMetricFamily(PREFIX + f"kv_event_{name}", doc, labels=rank)
-        for name, doc in (
-            ("batches", "KV-event batches received (replayed ones included)"),
-            ("gaps", "sequence gaps seen"),
-            ("batches_missed", "batches found missing from the sequence"),
-            ("batches_recovered", "missing batches the replay endpoint delivered"),
-            ("batches_lost", "missing batches never delivered"),
-            ("publisher_resets", "times the publisher's sequence restarted from 0"),
-        )
-    }
-    since = GaugeMetricFamily(
-        PREFIX + "kv_event_seconds_since_last_batch", "age of the latest batch", labels=rank
-    )
-    silent = GaugeMetricFamily(
-        PREFIX + "kv_event_silent", "1 while no batch came although requests were served", labels=rank
-    )
-    mismatch = GaugeMetricFamily(
-        PREFIX + "kv_event_block_size_mismatch",
-        "1 while BlockStored events carry another block_size than the router's blockSizeTokens",
-        labels=rank,
-    )
+    events = KV_EVENTS.family()
+    counters = {name: spec.family() for name, spec in KV_EVENT_COUNTERS.items()}
+    since, silent = KV_EVENT_SINCE.family(), KV_EVENT_SILENT.family()
+    mismatch = KV_EVENT_BLOCK_SIZE_MISMATCH.family()
     now = time.monotonic()
     for number, stats in state.ranks.items():
         label = [str(number)]
@@ -132,29 +221,14 @@ def _kv_events(state: WatcherState) -> Iterator[Metric]:
             since.add_metric(label, now - stats.last_batch_at)
         silent.add_metric(label, float(stats.silent))
         mismatch.add_metric(label, float(stats.block_size_mismatch))
-    malformed = CounterMetricFamily(
-        PREFIX + "kv_event_malformed", "messages that could not be decoded, by kind", labels=["kind"]
-    )
+    malformed = KV_EVENT_MALFORMED.family()
     for kind, count in state.malformed.items():
         malformed.add_metric([kind], count)
     yield from (events, *counters.values(), since, silent, mismatch, malformed)
 
 
 def _forward(watcher: ForwardWatcher) -> Iterator[Metric]:
-    source = ["source"]
-    since = GaugeMetricFamily(
-        PREFIX + "forward_seconds_since_progress",
-        "seconds since the engine's token counters moved or a canary came back",
-        labels=source,
-    )
-    stalled = GaugeMetricFamily(
-        PREFIX + "forward_stalled", "1 once the engine is judged stalled", labels=source
-    )
-    canaries = CounterMetricFamily(
-        PREFIX + "forward_canaries",
-        "one-token canary requests sent, by outcome",
-        labels=["source", "outcome"],
-    )
+    since, stalled, canaries = FORWARD_SINCE.family(), FORWARD_STALLED.family(), FORWARD_CANARIES.family()
     now = watcher.clock()
     for state in watcher.states:
         name = [state.source.name]
@@ -166,17 +240,13 @@ def _forward(watcher: ForwardWatcher) -> Iterator[Metric]:
     yield from (since, stalled, canaries)
 
 
-def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
-    return GaugeMetricFamily(PREFIX + name, doc, value=float(value))
-
-
 def build_registry(health: PodHealth) -> tuple[CollectorRegistry, Histogram]:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(PodCollector(health))
     probes = Histogram(
-        PREFIX + "probe_duration_seconds",
-        "time to answer a probe, inside the launcher",
-        ["endpoint"],
+        PROBE_DURATION.full_name,
+        PROBE_DURATION.help,
+        list(PROBE_DURATION.labels),
         buckets=PROBE_BUCKETS,
         registry=registry,
     )

@@ -15,8 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from launcher.contract.exits import GROUP_BROKEN
+from launcher.contract.log import Log
 from launcher.contract.plan import Peer, Probes
-from launcher.supervise.logs import Log
 
 
 @dataclass
@@ -85,9 +86,10 @@ class PeerWatcher:
         now = self.clock()
         for state in self.states:
             if state.failing_since is not None and now - state.failing_since >= self.lost_after:
-                return (
-                    f"group member {state.peer.name} ({state.peer.host}) is gone: its launcher has not "
-                    f"answered /livez for {now - state.failing_since:.1f} s ({state.detail})"
+                return GROUP_BROKEN.says(
+                    peer=f"{state.peer.name} ({state.peer.host})",
+                    detail=f"its launcher has not answered /livez for {now - state.failing_since:.1f} s "
+                    f"({state.detail})",
                 )
         return None
 

@@ -55,8 +55,11 @@ _REQUEST_ERRORS.propagate = False
 
 
 class ProbeServer:
-    def __init__(self, health: PodHealth, host: str, port: int) -> None:
-        self.health, self.host, self.port = health, host, port
+    """`holder_of(port)` names the process that holds a port, for the error when ours is taken: the
+    runtime's process-table scan (launcher/supervise/preflight.py), handed in so the probes need none."""
+
+    def __init__(self, health: PodHealth, host: str, port: int, holder_of: Callable[[int], str]) -> None:
+        self.health, self.host, self.port, self.holder_of = health, host, port, holder_of
         self.registry, self._latency = build_registry(health)
         app = web.Application(middlewares=[_http_1_only])
         app.router.add_get("/livez", self._probe("livez", health.liveness))
@@ -75,12 +78,10 @@ class ProbeServer:
             await site.start()
         except OSError as exc:
             await self._runner.cleanup()
-            from launcher.supervise.preflight import listener_of
-
             where = f"{self.host or '*'}:{self.port}"
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
             if exc.errno == errno.EADDRINUSE:
-                reason += f", held by {listener_of(self.port)}"
+                reason += f", held by {self.holder_of(self.port)}"
             raise ConfigError.one(
                 "LLMD_PROBE_PORT",
                 f"the probe server cannot listen on {where}: {reason}",

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from healthchecks.progress import StartupProgress
 from launcher.contract.phases import LOADING_WEIGHTS, PREFLIGHT, STARTED, STARTING, STOPPING
 from launcher.contract.plan import Check, EventsFlowing, Probes, ProcessSpec
-from launcher.supervise.outcome import Failed, Running, StopRequested, StopState
+from launcher.contract.stop import Failed, Running, StopRequested, StopState
 
 if TYPE_CHECKING:
     from healthchecks.forward import ForwardWatcher

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any, NoReturn
@@ -14,24 +15,38 @@ from launcher.contract.errors import ConfigError, Problem
 from launcher.contract.redact import REDACTED, Scrubber, is_secret_name, secret_values
 
 _SETTINGS = "settings (CLI flags override env; env overrides the recipe's `launcher:` section):"
-_EXITS = """\
-secrets (names with TOKEN, SECRET, PASSWORD, KEY, ...) are shown as <redacted>, never put on argv.
-exit codes: 0 ok, 2 bad input (one line per problem, nothing spawned)."""
-_RUN_EXITS = """\
-run exit codes: the engine's exit code (0 when a requested stop completed in time); 128+N if signal
-  N killed it; 2 bad input or failed preflight; 3 the engine exited 0 unasked; 4 another pod of the
-  LWS group is gone; 127/126 a binary not found / not executable; 1 an internal error. The reason
-  for a non-zero exit goes to LLMD_TERMINATION_LOG."""
+_SECRETS = (
+    "secrets (names with TOKEN, SECRET, PASSWORD, KEY, ...) are shown as <redacted>, never put on argv."
+)
 
 
 def _epilog(command: str) -> str:
-    """The settings part comes from their declarations (launcher/config/settings.py)."""
+    """The settings part comes from their declarations (launcher/config/settings.py), the exit codes
+    from the exit-code table (launcher/contract/exits.py)."""
     from launcher.config.settings import settings_help
+    from launcher.contract.exits import BAD_INPUT, OK
 
-    text = f"{_SETTINGS}\n{settings_help('pod', 'plan')}\n{_EXITS}"
+    exits = f"exit codes: {OK.code} ok, {BAD_INPUT.code} bad input (one line per problem, nothing spawned)."
+    text = f"{_SETTINGS}\n{settings_help('pod', 'plan')}\n{_SECRETS}\n{exits}"
     if command == "run":
-        text += f"\nrun settings:\n{settings_help('run')}\n{_RUN_EXITS}"
+        text += f"\nrun settings:\n{settings_help('run')}\n{_run_exits()}"
     return text
+
+
+def _run_exits(width: int = 100) -> str:
+    """Every code `run` can end with, one wrapped line each, from the exit-code table."""
+    import textwrap
+
+    from launcher.contract.exits import EXIT_CODES
+
+    wide = max(len(e.code) for e in EXIT_CODES)
+    lines = ["run exit codes (the reason for a non-zero exit goes to LLMD_TERMINATION_LOG):"]
+    for exit_code in EXIT_CODES:
+        head = f"  {exit_code.code:<{wide}}  "
+        lines.append(
+            textwrap.fill(exit_code.meaning, width, initial_indent=head, subsequent_indent=" " * len(head))
+        )
+    return "\n".join(lines)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -83,7 +98,14 @@ def _without_values(message: str) -> str:
     if sep:
         names = [t.split("=", 1)[0] for t in rest.split() if t.startswith("-")]
         return f"{head}unrecognized arguments: {' '.join(names) or REDACTED} (values not shown)"
+    # `recipes`' action word is where a stray value lands (`recipes --env KEY=VALUE`): not shown.
+    message = _POSITIONAL_CHOICE.sub(r"\1invalid choice (value not shown)", message)
     return " ".join(message.split())
+
+
+# argparse: "argument ACTION: invalid choice: 'x' (choose from 'a', 'b')"; the value may hold anything,
+# even that parenthesis, so everything up to the last one goes.
+_POSITIONAL_CHOICE = re.compile(r"(argument ACTION: )invalid choice: .*(?= \(choose from [^(]*$)", re.DOTALL)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -124,7 +146,20 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         settings_for="run",
     )
-    sub.add_parser("recipes", help="list the built-in recipes and their pools")
+    recipes = sub.add_parser(
+        "recipes",
+        help="the built-in recipes: list them, show one to copy, or print the recipe JSON Schema",
+        description="Without an action: list the built-in recipes and their pools.",
+    )
+    recipe_actions = recipes.add_subparsers(dest="recipes_action", metavar="ACTION")
+    recipe_actions.add_parser("list", help="list the built-in recipes and their pools (the default)")
+    show = recipe_actions.add_parser("show", help="print a built-in recipe's YAML, to copy and edit")
+    show.add_argument("name", metavar="NAME")
+    recipe_actions.add_parser(
+        "schema",
+        help="print the recipe JSON Schema; save it and start a recipe with "
+        "`# yaml-language-server: $schema=recipe.schema.json` so editors validate it",
+    )
     probe = sub.add_parser(
         "probe",
         help="exec probe: ask this pod's launcher whether it is live, ready or started (exit 0 or 1)",
@@ -217,7 +252,19 @@ def _notes_to_stderr(notes: Sequence[str], fmt: str) -> None:
             print(f"note: {note}", file=sys.stderr)
 
 
-def _cmd_recipes() -> int:
+def _cmd_recipes(ns: argparse.Namespace) -> int:
+    if ns.recipes_action == "schema":
+        import json
+
+        from launcher.config.recipe import json_schema
+
+        print(json.dumps(json_schema(), indent=2))
+        return 0
+    if ns.recipes_action == "show":
+        from launcher.config.recipe_file import builtin_recipe_text
+
+        sys.stdout.write(builtin_recipe_text(ns.name))
+        return 0
     from launcher.config.recipe_file import RecipeSource, builtin_recipe_names, load_recipe
 
     for name in builtin_recipe_names():
@@ -249,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 _exit_now(code)
             return code
         if ns.command == "recipes":
-            return _cmd_recipes()
+            return _cmd_recipes(ns)
         if ns.command == "local-group":
             from launcher.localgroup import command
 

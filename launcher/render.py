@@ -67,7 +67,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             }
             for p in plan.processes
         ],
-        "probes": None if plan.probes is None else _probes_dict(plan.probes),
+        "probes": _probes_dict(plan.probes),
         "kv_events": None if plan.kv_events is None else _kv_events_dict(plan.kv_events),
         "shutdown": _shutdown_dict(plan.shutdown),
         "host_needs": _needs_dict(plan.needs),
@@ -265,14 +265,13 @@ def render_text(plan: Plan, with_notes: bool = True) -> str:
         out += ["", *_process_text(p)]
     out += _needs_text(plan.needs)
     out += ["", _shutdown_text(plan.shutdown)]
-    if plan.probes is not None and plan.probes.peers:
+    if plan.probes.peers:
         lost = plan.probes.peer_lost_seconds
         peers = ", ".join(f"{p.name} {p.host}:{p.port}" for p in plan.probes.peers)
         out.append(
             f"group: this pod ends when a peer's launcher stops answering /livez for {lost:g} s: {peers}"
         )
-    if plan.probes is not None:
-        out += ["", *_probes_text(plan.probes)]
+    out += ["", *_probes_text(plan.probes)]
     if plan.kv_events is not None:
         watch = plan.kv_events
         ranks = ", ".join(

@@ -16,16 +16,18 @@ from launcher import early
 from launcher.config.defaults import TERMINATION_LOG
 from launcher.contract.addresses import is_ip
 from launcher.contract.errors import ConfigError, Problem
+from launcher.contract.exits import GROUP_BROKEN, INTERNAL_ERROR, STALLED, STARTUP_DEADLINE, signal_name
 from launcher.contract.plan import Plan
 from launcher.contract.redact import Scrubber, secret_values
-from launcher.supervise.outcome import EXIT_STALLED, EXIT_STARTUP_DEADLINE, TERMINATION_LIMIT, Outcome
+from launcher.supervise.outcome import TERMINATION_LIMIT, Outcome
 
 if TYPE_CHECKING:
     from healthchecks.state import PodHealth
     from launcher.config.recipe import Recipe
     from launcher.config.settings import Settings
+    from launcher.contract.log import Log
     from launcher.supervise.host import HostReport
-    from launcher.supervise.logs import ChildOutput, Log
+    from launcher.supervise.logs import ChildOutput
     from launcher.supervise.supervisor import Supervisor
 
 
@@ -57,7 +59,7 @@ def run(cli_settings: dict[str, Any]) -> int:
         import traceback
 
         print(scrub(traceback.format_exc()), file=sys.stderr, flush=True)
-        outcome = Outcome(1, f"llm-d-launcher internal error: {type(exc).__name__}: {exc}")
+        outcome = Outcome(INTERNAL_ERROR.number, INTERNAL_ERROR.says(error=f"{type(exc).__name__}: {exc}"))
     if outcome.exit_code != 0:
         write_termination_message(termination_log, scrub(outcome.termination_message()))
     return outcome.exit_code
@@ -93,7 +95,7 @@ async def _run(settings: Settings, recipe: Recipe, plan: Plan, log: Log, output:
     from healthchecks.checks import CheckRunner
     from healthchecks.server import ProbeServer
     from healthchecks.state import PodHealth
-    from launcher.supervise.outcome import signal_name
+    from launcher.supervise.preflight import listener_of
     from launcher.supervise.supervisor import Event, SignalReceived, Supervisor, SupervisorConfig
 
     loop = asyncio.get_running_loop()
@@ -106,11 +108,10 @@ async def _run(settings: Settings, recipe: Recipe, plan: Plan, log: Log, output:
     for signum in early.RECEIVED:
         events.put_nowait(SignalReceived(signum))
     early.RECEIVED.clear()
-    assert plan.probes is not None
     # The probes answer from the first moment: a pod waiting for its leader is alive, not started.
     health = PodHealth(plan.probes)
     health.dropped_lines = lambda: output.dropped  # read at scrape time
-    server = ProbeServer(health, settings.probe_host, settings.probe_port)
+    server = ProbeServer(health, settings.probe_host, settings.probe_port, listener_of)
     await server.start()
     try:
         stage = ["building the plan"]
@@ -126,7 +127,8 @@ async def _run(settings: Settings, recipe: Recipe, plan: Plan, log: Log, output:
             prepare.cancel()
             first_signal.cancel()
             return Outcome(
-                EXIT_STARTUP_DEADLINE, _late(startup, f"{health.phase} ({stage[0]}); nothing was started")
+                STARTUP_DEADLINE.number,
+                _late(startup, f"{health.phase} ({stage[0]}); nothing was started"),
             )
         if first_signal.done() and not prepare.done():
             prepare.cancel()
@@ -142,7 +144,6 @@ async def _run(settings: Settings, recipe: Recipe, plan: Plan, log: Log, output:
         else:
             first_signal.cancel()
         plan = prepare.result()  # raises ConfigError
-        assert plan.probes is not None
         health.use_plan(plan.probes)
         config = SupervisorConfig(
             bin_path=settings.bin_path,
@@ -177,7 +178,7 @@ async def _run(settings: Settings, recipe: Recipe, plan: Plan, log: Log, output:
             from launcher.contract.phases import STOPPING
 
             def stalled(reason: str) -> None:
-                supervisor.condemn(reason, EXIT_STALLED)
+                supervisor.condemn(reason, STALLED.number)
 
             health.forward = ForwardWatcher(
                 plan.probes.forward,
@@ -190,10 +191,9 @@ async def _run(settings: Settings, recipe: Recipe, plan: Plan, log: Log, output:
             background.append(asyncio.create_task(health.forward.run()))
         if plan.probes.peers:
             from healthchecks.peers import PeerWatcher
-            from launcher.supervise.outcome import EXIT_GROUP_BROKEN
 
             def group_broken(reason: str) -> None:
-                supervisor.condemn(reason, EXIT_GROUP_BROKEN)
+                supervisor.condemn(reason, GROUP_BROKEN.number)
 
             watcher = PeerWatcher(
                 plan.probes, settings.check_interval, settings.check_timeout, group_broken, log
@@ -213,7 +213,6 @@ async def _run(settings: Settings, recipe: Recipe, plan: Plan, log: Log, output:
 
 
 def _ignored(log: Log, signum: int) -> None:
-    from launcher.supervise.outcome import signal_name
 
     log.warning("ignoring signal", signal=signal_name(signum))
 
@@ -225,11 +224,11 @@ async def _startup_deadline(health: PodHealth, seconds: float, supervisor: Super
 
     await asyncio.sleep(max(0.0, health.launched_at + seconds - health.clock()))
     if health.started_at is None:
-        supervisor.condemn(_late(seconds, health.stuck_in()), EXIT_STARTUP_DEADLINE)
+        supervisor.condemn(_late(seconds, health.stuck_in()), STARTUP_DEADLINE.number)
 
 
 def _late(seconds: float, where: str) -> str:
-    return f"start-up deadline: not started within LLMD_STARTUP_SECONDS={seconds:g} s; stuck in {where}"
+    return STARTUP_DEADLINE.says(seconds=seconds, where=where)
 
 
 async def _prepare(
@@ -248,7 +247,6 @@ async def _prepare(
         resolved = build_plan(settings.model_copy(update={"leader_address": ip}), recipe)
         # Peers stay watched by DNS name: a recreated pod keeps its name, not its IP, and the workers'
         # names follow only from the leader's name.
-        assert resolved.probes is not None and plan.probes is not None
         plan = replace(resolved, probes=replace(resolved.probes, peers=plan.probes.peers))
     if plan.placeholders:
         raise ConfigError([_unknown(name) for name in plan.placeholders])

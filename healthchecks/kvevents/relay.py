@@ -8,8 +8,8 @@ import os
 from typing import TYPE_CHECKING
 
 from healthchecks.kvevents.wire import END_SEQ, REPLAY_TIMEOUT
+from launcher.contract.log import Log
 from launcher.contract.plan import KvEventsWatch
-from launcher.supervise.logs import Log
 
 if TYPE_CHECKING:
     import zmq.asyncio

@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Any
 
 from healthchecks.kvevents.sequence import Gap, Seen, SequenceTracker
 from healthchecks.kvevents.wire import END_SEQ, REPLAY_TIMEOUT, Batch, BlockStored, Malformed, decode
+from launcher.contract.log import Log
 from launcher.contract.plan import KvEventSource, KvEventsWatch
-from launcher.supervise.logs import Log
 
 if TYPE_CHECKING:
     import aiohttp

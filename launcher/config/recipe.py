@@ -19,6 +19,7 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    WithJsonSchema,
     field_validator,
     model_validator,
 )
@@ -108,13 +109,21 @@ class ModelSpec(_Data):
 class KVEventsSpec(_Data):
     """ZMQ KV-cache events. Each pod's first local rank publishes on `port`, rank r on port+r."""
 
-    port: Port = 5557
-    replay_port: Port | None = None
-    buffer_steps: Count | None = None
-    hwm: Count | None = None
+    port: Port = Field(5557, description="ZMQ port the pod's first local rank publishes on (rank r: port+r).")
+    replay_port: Port | None = Field(
+        None, description="ZMQ replay endpoint (first local rank; rank r: replay_port+r); none: no replay."
+    )
+    buffer_steps: Count | None = Field(
+        None, description="Batches the publisher keeps for replay (vLLM's kv-events-config buffer_steps)."
+    )
+    hwm: Count | None = Field(None, description="The publisher's ZMQ send high-water mark (vLLM's hwm).")
     # The launcher's watcher (healthchecks/kvevents/):
-    silence_seconds: Seconds = 60.0  # no batch this long while requests are served = silent
-    readiness: bool = False  # not ready while silent ("KV events flowing once a request was served")
+    silence_seconds: Seconds = Field(
+        60.0, description="No batch this long while requests are served: the events are silent."
+    )
+    readiness: bool = Field(
+        False, description="Not ready while silent (KV events flowing once a request was served)."
+    )
 
 
 def parse_size(value: str | int) -> int:
@@ -132,7 +141,12 @@ def parse_size(value: str | int) -> int:
 _SIZE = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(gib|mib|kib|gi|mi|ki|gb|mb|kb|b)?")
 _UNITS = {"gib": 1 << 30, "gi": 1 << 30, "gb": 1 << 30, "mib": 1 << 20, "mi": 1 << 20, "mb": 1 << 20,
           "kib": 1 << 10, "ki": 1 << 10, "kb": 1 << 10, "b": 1}  # fmt: skip
-Size = Annotated[int, BeforeValidator(parse_size)]
+# Editors validate a recipe against the JSON Schema before parse_size sees it: both forms are allowed.
+Size = Annotated[
+    int,
+    BeforeValidator(parse_size),
+    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}]}),
+]
 
 
 class RouterSpec(_Data):
@@ -140,24 +154,41 @@ class RouterSpec(_Data):
     recipe loads (ports, hash seed, block size flags) and at run time (the block_size of the engine's
     BlockStored events, which must equal block_size_tokens: llm-d/llm-d PR #2203)."""
 
-    kv_events_port: Port | None = None  # precise-prefix-cache-producer's ZMQ socketPort
-    hash_seed: str | None = None  # its hashSeed: the engine's PYTHONHASHSEED
-    block_size_tokens: Count | None = None  # its blockSizeTokens: the engine's KV block / page size
-    render_port: Port | None = None  # token-producer's target (vllm launch render)
-    readiness: bool = False  # not ready while the engine's block size differs from block_size_tokens
+    kv_events_port: Port | None = Field(
+        None, description="The router's precise-prefix-cache-producer socketPort: must be kv_events.port."
+    )
+    hash_seed: str | None = Field(
+        None, description="The router's hashSeed: must be the engine's PYTHONHASHSEED."
+    )
+    block_size_tokens: Count | None = Field(
+        None,
+        description="The router's blockSizeTokens: must be the engine's KV block (or page) size.",
+    )
+    render_port: Port | None = Field(
+        None, description="The router's token-producer target: must be render.port (vllm launch render)."
+    )
+    readiness: bool = Field(
+        False, description="Not ready while the engine's BlockStored events carry another block size."
+    )
 
 
 class NixlSpec(_Data):
     """NIXL handshake listener: vLLM binds side_channel_port + global DP rank."""
 
-    side_channel_port: Port = 5600
+    side_channel_port: Port = Field(
+        5600, description="VLLM_NIXL_SIDE_CHANNEL_PORT of global DP rank 0; rank r listens on port+r."
+    )
 
 
 class MooncakeStoreSpec(_Data):
     """vLLM MooncakeStoreConnector config, written per pod and pointed at by MOONCAKE_CONFIG_PATH."""
 
-    config: dict[str, Any]
-    file_name: str = "mooncake-store.json"
+    config: dict[str, Any] = Field(
+        description="The connector's JSON config as written to the file (needs master_server_address)."
+    )
+    file_name: str = Field(
+        "mooncake-store.json", description="File name under LLMD_RUNTIME_DIR for that JSON config."
+    )
 
     @field_validator("config")
     @classmethod
@@ -187,17 +218,17 @@ class HostSpec(_Data):
 class RenderSidecar(_Data):
     """`vllm launch render` beside the serving node (token producer for the router)."""
 
-    port: Port = 8089
-    args: Args = {}
+    port: Port = Field(8089, description="Port `vllm launch render` listens on.")
+    args: Args = Field({}, description="Extra flags of `vllm launch render` (name without dashes: value).")
 
 
 class DisaggSidecar(_Data):
     """llm-d-router-disagg-sidecar in front of the engine: port+i -> engine port+i."""
 
-    binary: str = "llm-d-router-disagg-sidecar"
-    port: Port = 8000
-    kv_connector: str = "nixlv2"
-    args: Args = {}
+    binary: str = Field("llm-d-router-disagg-sidecar", description="The sidecar's executable.")
+    port: Port = Field(8000, description="Port the sidecar serves on; the engine moves behind it.")
+    kv_connector: str = Field("nixlv2", description="The sidecar's --kv-connector.")
+    args: Args = Field({}, description="Extra flags of the sidecar (name without dashes: value).")
 
 
 class EnginePool(_Data):
@@ -209,13 +240,17 @@ class EnginePool(_Data):
     nodes: Count = Field(1, description="Pods per LWS group (leaderWorkerTemplate.size).")
     replicas: Count = Field(1, description="LWS groups; informational, used by manifests.")
     gpus_per_node: Count | None = Field(None, description="Accelerator devices each pod holds.")
-    model: ModelSpec | None = None
-    args: Args = {}
-    env: EnvMap = {}
-    router: RouterSpec | None = None
+    model: ModelSpec | None = Field(None, description="This pool's model, when it differs from the recipe's.")
+    args: Args = Field(
+        {},
+        description="Engine flags, names without dashes: true -> --flag, false -> --no-flag, null -> "
+        "omitted, a mapping -> one JSON argument, a list -> the flag then each item.",
+    )
+    env: EnvMap = Field({}, description="Added to this pool's engine environment (string values).")
+    router: RouterSpec | None = Field(None, description="What the llm-d router in front of the pool expects.")
 
-    tensor_parallel: Count | None = None
-    host: HostSpec = Field(default_factory=HostSpec)
+    tensor_parallel: Count | None = Field(None, description="Tensor-parallel size of one engine.")
+    host: HostSpec = Field(default_factory=HostSpec, description="What preflight checks on the host.")
 
     @property
     def local_ranks(self) -> int:
@@ -242,23 +277,34 @@ class EnginePool(_Data):
 
 class VllmPool(EnginePool):
     block_size_flag = "block-size"
-    kind: Literal["vllm"]
+    kind: Literal["vllm"] = Field(description="The engine family: vLLM (`vllm serve`).")
     layout: Literal["multinode", "data-parallel"] = Field(
         "multinode",
         description="multinode: one engine spans the group, node 0 serves, others run --headless. "
         "data-parallel: each pod owns data_parallel_local DP ranks behind vLLM's DP supervisor "
         "(supervisor_port), or, in a single pod without one, behind vLLM's own API server.",
     )
-    data_parallel_local: Count | None = None
-    port: Port = 8000
-    master_port: Port | None = None
-    supervisor_port: Port | None = None
-    dp_rpc_port: Port | None = None
-    kv_events: KVEventsSpec | None = None
-    nixl: NixlSpec | None = None
-    mooncake_store: MooncakeStoreSpec | None = None
-    render: RenderSidecar | None = None
-    disagg_sidecar: DisaggSidecar | None = None
+    data_parallel_local: Count | None = Field(None, description="DP ranks per pod (layout data-parallel).")
+    port: Port = Field(8000, description="API port (data-parallel with a supervisor: rank r's is port+r).")
+    master_port: Port | None = Field(
+        None,
+        description="torch.distributed port of a multinode engine (--master-port; vLLM's default if unset).",
+    )
+    supervisor_port: Port | None = Field(
+        None, description="vLLM's DP supervisor port, which serves the pod's /readyz (layout data-parallel)."
+    )
+    dp_rpc_port: Port | None = Field(
+        None, description="--data-parallel-rpc-port across pods (data-parallel)."
+    )
+    kv_events: KVEventsSpec | None = Field(None, description="Publish ZMQ KV-cache events, and watch them.")
+    nixl: NixlSpec | None = Field(None, description="NIXL handshake listener (NixlConnector).")
+    mooncake_store: MooncakeStoreSpec | None = Field(
+        None, description="MooncakeStoreConnector config, written per pod (MOONCAKE_CONFIG_PATH)."
+    )
+    render: RenderSidecar | None = Field(None, description="Run `vllm launch render` beside the engine.")
+    disagg_sidecar: DisaggSidecar | None = Field(
+        None, description="Run the llm-d routing sidecar in front of the engine."
+    )
 
     @model_validator(mode="after")
     def _layout_fields(self) -> "VllmPool":
@@ -281,9 +327,9 @@ class VllmPool(EnginePool):
 
 class SglangPool(EnginePool):
     block_size_flag = "page-size"
-    kind: Literal["sglang"]
-    port: Port = 30000
-    dist_init_port: Port = 20000
+    kind: Literal["sglang"] = Field(description="The engine family: SGLang (`sglang.launch_server`).")
+    port: Port = Field(30000, description="API port.")
+    dist_init_port: Port = Field(20000, description="Port of the leader's --dist-init-addr (multinode).")
 
 
 class _ServicePool(_Data):
@@ -294,29 +340,33 @@ class _ServicePool(_Data):
 
 
 class MooncakeMasterPool(_ServicePool):
-    kind: Literal["mooncake-master"]
-    binary: str = "mooncake_master"
-    port: Port = 50051
-    metrics_port: Port = 9003
-    http_metadata_port: Port | None = None
-    args: Args = {}
-    env: EnvMap = {}
-    host: HostSpec = Field(default_factory=HostSpec)
+    kind: Literal["mooncake-master"] = Field(description="A Mooncake store master pod.")
+    binary: str = Field("mooncake_master", description="The master's executable.")
+    port: Port = Field(50051, description="RPC port.")
+    metrics_port: Port = Field(9003, description="Metrics port, also its health check.")
+    http_metadata_port: Port | None = Field(
+        None, description="Serve the HTTP metadata server on this port (none: not served)."
+    )
+    args: Args = Field({}, description="Extra flags of the master (name without dashes: value).")
+    env: EnvMap = Field({}, description="Added to the master's environment.")
+    host: HostSpec = Field(default_factory=HostSpec, description="What preflight checks on the host.")
 
 
 class MooncakeDonorPool(_ServicePool):
-    kind: Literal["mooncake-donor"]
-    binary: str = "mooncake_client"
+    kind: Literal["mooncake-donor"] = Field(description="A pod donating memory to the Mooncake store.")
+    binary: str = Field("mooncake_client", description="The donor's executable.")
     master: str = Field(description="host:port of mooncake_master's RPC.")
-    metadata_server: str
-    protocol: str = "rdma"
-    device_names: str = ""
+    metadata_server: str = Field(
+        description="The transfer engine's metadata server (e.g. http://host:port/metadata)."
+    )
+    protocol: str = Field("rdma", description="Transfer protocol: rdma (memory is pinned) or tcp.")
+    device_names: str = Field("", description="RDMA devices to use, comma-separated (empty: all).")
     global_segment_size: str = Field(description="Memory donated to the pool, e.g. 500GB.")
-    port: Port = 50052
-    http_port: Port = 9300
-    args: Args = {}
-    env: EnvMap = {}
-    host: HostSpec = Field(default_factory=HostSpec)
+    port: Port = Field(50052, description="RPC port.")
+    http_port: Port = Field(9300, description="HTTP port, also its health check.")
+    args: Args = Field({}, description="Extra flags of the donor (name without dashes: value).")
+    env: EnvMap = Field({}, description="Added to the donor's environment.")
+    host: HostSpec = Field(default_factory=HostSpec, description="What preflight checks on the host.")
 
     @field_validator("global_segment_size")
     @classmethod
@@ -333,12 +383,14 @@ POOL_KINDS: tuple[str, ...] = tuple(
 
 
 class Recipe(_Data):
-    name: str
-    description: str = ""
-    model: ModelSpec
-    default_pool: str
+    name: str = Field(description="The recipe's name (lowercase letters, digits, '-', '.'); LLMD_RECIPE.")
+    description: str = Field("", description="What the recipe deploys, for people.")
+    model: ModelSpec = Field(description="The model every pool serves unless it names its own.")
+    default_pool: str = Field(description="The pool a pod runs when LLMD_POOL is not set.")
     env: EnvMap = Field({}, description="Added to every engine process of every pool.")
-    pools: dict[str, Pool] = Field(min_length=1)
+    pools: dict[str, Pool] = Field(
+        min_length=1, description="The recipe's pools by name; `kind` picks the pool's schema."
+    )
     launcher: dict[str, Any] = Field(
         {}, description="Defaults for launcher settings (LLMD_*, without prefix); env and CLI override."
     )
@@ -391,3 +443,14 @@ def router_mismatch(pool: EnginePool, env: Mapping[str, str]) -> str | None:
     if router.block_size_tokens is not None and block is not None and block != router.block_size_tokens:
         return f"the router's blockSizeTokens is {router.block_size_tokens} but args.{flag} is {block}"
     return None
+
+
+def json_schema() -> dict[str, Any]:
+    """The recipe as JSON Schema, from the models and their field descriptions: what `llm-d-launcher
+    recipes schema` prints, so editors validate a recipe as it is written."""
+    schema = Recipe.model_json_schema()
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "llm-d-launcher recipe",
+        **{k: v for k, v in schema.items() if k != "title"},
+    }

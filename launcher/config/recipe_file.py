@@ -4,6 +4,7 @@ A recipe file is untrusted input mounted from a ConfigMap: its size, alias expan
 bounded before anything is built, and no error line repeats the text it points at (it may hold a secret).
 """
 
+import difflib
 import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,9 +15,10 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from launcher.config.recipe import POOL_KINDS, Recipe
+from launcher.config.recipe import POOL_KINDS, Recipe, json_schema
 from launcher.contract.errors import ConfigError, Problem
 
+SCHEMA_FIX = "correct the recipe (its keys and types: `llm-d-launcher recipes schema`)"
 MAX_RECIPE_BYTES = 1 << 20  # a recipe is a page of YAML; a ConfigMap holds at most 1 MiB
 _MAX_NODES = 100_000  # values after alias expansion: a "billion laughs" file is refused, not expanded
 _MAX_DEPTH = 64  # nesting; deeper would only exhaust the parser's and the validators' recursion
@@ -180,17 +182,19 @@ def read_recipe(source: RecipeSource) -> Mapping[str, Any]:
                 source.setting, f"{source.label} is not UTF-8 text", "save it as UTF-8"
             ) from None
         return _parse_yaml(text, source)
+    return _parse_yaml(builtin_recipe_text(source.name), source)
+
+
+def builtin_recipe_text(name: str) -> str:
+    """A built-in recipe's YAML as shipped (`recipes show NAME` prints it to copy)."""
     names = builtin_recipe_names()
-    if source.name not in names:
+    if name not in names:
         raise ConfigError.one(
             "LLMD_RECIPE",
-            f"unknown recipe {source.name!r}",
+            f"unknown recipe {name!r}",
             f"use one of {', '.join(names)} or set LLMD_RECIPE_FILE",
         )
-    text = (resources.files("launcher.config") / "recipes" / f"{source.name}.yaml").read_text(
-        encoding="utf-8"
-    )
-    return _parse_yaml(text, source)
+    return (resources.files("launcher.config") / "recipes" / f"{name}.yaml").read_text(encoding="utf-8")
 
 
 def _problem_path(loc: tuple[int | str, ...]) -> str:
@@ -200,6 +204,46 @@ def _problem_path(loc: tuple[int | str, ...]) -> str:
     return ".".join(parts) or "<top>"
 
 
+def _keys_at(loc: tuple[int | str, ...]) -> list[str]:
+    """The keys the schema allows in the mapping at `loc` (a pydantic error location), or none when
+    the location leads nowhere the schema names."""
+    schema = json_schema()
+    defs = schema["$defs"]
+
+    def resolve(node: dict[str, Any]) -> dict[str, Any]:
+        while True:
+            if "$ref" in node:
+                node = defs[node["$ref"].rsplit("/", 1)[-1]]
+            elif "anyOf" in node:  # `X | None`: the mapping part
+                node = next((n for n in node["anyOf"] if n.get("type") != "null"), {})
+            else:
+                return node
+
+    node = schema
+    for part in (str(p) for p in loc if not str(p).startswith("function-")):
+        node = resolve(node)
+        if part in node.get("properties", {}):
+            node = node["properties"][part]
+        elif "discriminator" in node:  # a pool: pydantic's location names its kind
+            node = {"$ref": node["discriminator"]["mapping"].get(part, "#/$defs/-")}
+            if node["$ref"] == "#/$defs/-":
+                return []
+        elif isinstance(node.get("additionalProperties"), dict):  # a mapping's own key (a pool's name)
+            node = node["additionalProperties"]
+        else:
+            return []
+    return sorted(resolve(node).get("properties", {}))
+
+
+def _unknown_key(loc: tuple[int | str, ...]) -> str:
+    """Names the key that was probably meant, or the keys allowed there; never a value."""
+    valid = _keys_at(loc[:-1])
+    close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
+    if close:
+        return f"unknown key (did you mean {close[0]}?)"
+    return f"unknown key (valid keys: {', '.join(valid)})" if valid else "unknown key"
+
+
 def validate_recipe(data: Mapping[str, Any], source: RecipeSource) -> Recipe:
     try:
         return Recipe.model_validate(data)
@@ -207,11 +251,11 @@ def validate_recipe(data: Mapping[str, Any], source: RecipeSource) -> Recipe:
         problems: dict[str, Problem] = {}
         for err in exc.errors(include_url=False):
             where = _problem_path(err["loc"])
-            msg = err["msg"].removeprefix("Value error, ")
-            problems.setdefault(
-                where,
-                Problem(source.setting, f"{source.label}: {where}: {msg}", "correct the recipe (see README)"),
-            )
+            if err["type"] == "extra_forbidden":
+                msg = _unknown_key(err["loc"])
+            else:
+                msg = err["msg"].removeprefix("Value error, ")
+            problems.setdefault(where, Problem(source.setting, f"{source.label}: {where}: {msg}", SCHEMA_FIX))
         raise ConfigError(list(problems.values())) from None
 
 

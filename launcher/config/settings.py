@@ -6,9 +6,9 @@ value (and usually a templating mistake), not "unset": it is validated like any 
 Each setting is declared once, as a field of `Settings` built by `setting()`/`pod_setting()`: its
 type, default and bounds, its env name, its CLI flag, its help line and the fix shown when it is
 wrong. The `plan`/`run` flags, the settings part of `--help`, error labels and fixes, and the
-README's settings table are generated from those declarations (the model of gunicorn's `Setting`
-classes, gunicorn/config.py, which feed its CLI, config file and docs). `python -m
-launcher.config.settings` prints the README table.
+settings table in docs/reference/settings.md (scripts/generate_docs.py) are generated from those
+declarations (the model of gunicorn's `Setting` classes, gunicorn/config.py, which feed its CLI,
+config file and docs).
 """
 
 from __future__ import annotations
@@ -456,7 +456,7 @@ def settings_help(*sections: Section, width: int = 100) -> str:
 
 
 def settings_table() -> str:
-    """The README's settings table (under `### Settings`)."""
+    """The settings table of docs/reference/settings.md."""
     rows = ["| env | CLI | meaning |", "|---|---|---|"]
     for field, doc in DOCS.items():
         default = shown_default(field)
@@ -541,7 +541,3 @@ def _check_lws_env(settings: Settings) -> None:
         problems.append(Problem("LWS_WORKER_INDEX", "is not set while other LWS variables are", fix))
     if problems:
         raise ConfigError(problems)
-
-
-if __name__ == "__main__":
-    print(settings_table(), end="")

@@ -106,7 +106,7 @@ class ProgressSource:
 
 @dataclass(frozen=True)
 class ProgressWatch:
-    """Forward progress of the serving engine (healthchecks/progress_watch.py). The engine's own token
+    """Forward progress of the serving engine (healthchecks/forward.py). The engine's own token
     counters must advance; when they have not for `stall_seconds`, one canary (a one-token completion)
     must come back within `canary_seconds`, or the engine is stalled and the pod ends. A busy engine is
     never canaried: its counters move. Headless workers have no API: a stalled worker stops the
@@ -301,11 +301,11 @@ class Plan:
     pod: PodIdentity
     processes: tuple[ProcessSpec, ...]
     shutdown: ShutdownBudget  # the grace period's timeline, shown by the dry-run, kept by the supervisor
+    probes: Probes  # what the probe server answers from: every pod has its rules
     files: tuple[FileSpec, ...] = ()
     notes: tuple[str, ...] = ()
     placeholders: tuple[str, ...] = ()  # values only the pod knows, shown as $(VAR)
     model_path: str | None = None  # where the engine loads weights from: a directory or a hub id
-    probes: Probes | None = None  # set by roles.build_plan for every pod
     kv_events: KvEventsWatch | None = None  # the publishers the launcher watches
     needs: HostNeeds = field(default_factory=HostNeeds)  # what preflight checks on the host
 

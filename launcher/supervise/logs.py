@@ -19,15 +19,6 @@ import structlog
 from launcher.contract.redact import REDACTED, Scrubber, is_secret_name, redact_env
 
 
-class Log(Protocol):
-    """The launcher's logger as its users call it (a structlog BoundLogger; a recorder in tests)."""
-
-    def debug(self, event: str, **fields: Any) -> Any: ...
-    def info(self, event: str, **fields: Any) -> Any: ...
-    def warning(self, event: str, **fields: Any) -> Any: ...
-    def error(self, event: str, **fields: Any) -> Any: ...
-
-
 def wants_json(log_format: str, stream: TextIO | None = None) -> bool:
     """auto: JSON where a machine reads the logs (a pod), console text on a terminal."""
     if log_format == "auto":

@@ -1,5 +1,5 @@
-"""How a pod stops and how it ended: the stop state the probes read, and the exit code and reason
-shared by `run` and the supervisor."""
+"""How a pod ended: the exit code and reason shared by `run` and the supervisor, and the termination
+message made of them. The stop state and the exit-code table are the contract's (launcher/contract/)."""
 
 from __future__ import annotations
 
@@ -7,14 +7,10 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-TERMINATION_LIMIT = 4096  # bytes the kubelet keeps of /dev/termination-log
+from launcher.contract.exits import describe_exit, exit_code_of
+from launcher.contract.stop import Failed, StopRequested, StopState
 
-# Exit codes the launcher chooses itself when it ends the pod (docs/reference/exit-codes.md); otherwise
-# the pod exits with the engine's own code, 128+N for signal N, 2 for bad input, 1 for an internal error.
-EXIT_ENGINE_QUIT = 3  # the engine exited 0 although no stop was asked for: a crash, not a success
-EXIT_GROUP_BROKEN = 4  # another pod of the LWS group is gone (healthchecks/peers.py)
-EXIT_STALLED = 5  # the engine runs but makes no progress: its canary failed (healthchecks/forward.py)
-EXIT_STARTUP_DEADLINE = 6  # start-up did not end within LLMD_STARTUP_SECONDS
+TERMINATION_LIMIT = 4096  # bytes the kubelet keeps of /dev/termination-log
 
 
 @dataclass(frozen=True)
@@ -43,36 +39,6 @@ class Outcome:
         return "\n".join([head, "last output:", *gap, *kept])
 
 
-@dataclass(frozen=True)
-class Running:
-    """No stop has begun."""
-
-
-@dataclass(frozen=True)
-class StopRequested:
-    """A signal asked the pod to stop: not a failure; the engine's own exit decides the code."""
-
-    signum: int
-
-    @property
-    def reason(self) -> str:
-        return f"stopped by {signal_name(self.signum)}"
-
-
-@dataclass(frozen=True)
-class Failed:
-    """A critical process (or a crash-looping sidecar) ended the pod: /livez fails with the reason."""
-
-    reason: str
-    exit_code: int  # shell-style, never 0
-    output: tuple[str, ...] = ()  # the failing process's last lines
-
-
-StopState = Running | StopRequested | Failed
-"""The one fact about a stop: set once, by whichever comes first; the probes read it."""
-RUNNING = Running()
-
-
 def final_outcome(
     stop: StopState, engine: str, engine_exit: int | None, engine_tail: Sequence[str]
 ) -> Outcome:
@@ -90,21 +56,3 @@ def final_outcome(
         f"{reason}; {engine} {describe_exit(engine_exit)} while stopping",
         list(engine_tail),
     )
-
-
-def exit_code_of(code: int) -> int:
-    """A shell-style exit code: a child killed by signal N gives 128+N (SIGKILL 137, SIGTERM 143)."""
-    return 128 - code if code < 0 else code
-
-
-def signal_name(signum: int) -> str:
-    try:
-        return signal.Signals(signum).name
-    except ValueError:  # real-time signals have no name
-        return f"signal {signum}"
-
-
-def describe_exit(code: int) -> str:
-    if code < 0:
-        return f"was killed by {signal_name(-code)}"
-    return f"exited with code {code}"

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from launcher.contract.errors import ConfigError, Problem
+from launcher.contract.log import Log
 from launcher.contract.plan import Plan
-from launcher.supervise.logs import Log
 from launcher.supervise.spawn import search_path
 
 if TYPE_CHECKING:

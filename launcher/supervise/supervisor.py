@@ -29,22 +29,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from launcher.contract.exits import ENGINE_QUIT, STALLED, describe_exit, exit_code_of, signal_name
+from launcher.contract.log import Log
 from launcher.contract.plan import FileSpec, Plan, ProcessSpec
 from launcher.contract.redact import redact_argv
-from launcher.supervise.logs import TAIL_LINES, ChildOutput, LineReader, Log
-from launcher.supervise.outcome import (
-    EXIT_ENGINE_QUIT,
-    EXIT_STALLED,
-    RUNNING,
-    Failed,
-    Outcome,
-    StopRequested,
-    StopState,
-    describe_exit,
-    exit_code_of,
-    final_outcome,
-    signal_name,
-)
+from launcher.contract.stop import RUNNING, Failed, StopRequested, StopState
+from launcher.supervise.logs import TAIL_LINES, ChildOutput, LineReader
+from launcher.supervise.outcome import Outcome, final_outcome
 from launcher.supervise.spawn import Spawner, SubprocessSpawner, search_path
 
 BACKOFF_CAP = 30.0  # seconds: the longest a sidecar waits before its next restart
@@ -215,8 +206,10 @@ class Supervisor:
         if state.spec.critical:
             # Nobody asked it to stop, so even a 0 is a failure (vLLM's DP supervisor exits 0 after
             # tearing down its ranks when one died): LWS must see a failed pod and recreate the group.
-            how = describe_exit(code) + (" although no stop was asked for" if code == 0 else "")
-            failed = Failed(f"{state.name} {how}", exit_code_of(code) or EXIT_ENGINE_QUIT, tuple(state.tail))
+            if code == 0:
+                failed = Failed(ENGINE_QUIT.says(process=state.name), ENGINE_QUIT.number, tuple(state.tail))
+            else:
+                failed = Failed(f"{state.name} {describe_exit(code)}", exit_code_of(code), tuple(state.tail))
             self._begin_shutdown(failed)
             return
         self._schedule_restart(state, code)
@@ -357,7 +350,7 @@ class Supervisor:
             # workers exit on the first SIGTERM, so signalling the group would abort in-flight work.
             # A pod condemned while its engine runs (a group member gone) has nothing worth draining;
             # a stalled engine has shown it will not finish anything, so it gets only the kill margin.
-            stalled = isinstance(self.stop, Failed) and self.stop.exit_code == EXIT_STALLED
+            stalled = isinstance(self.stop, Failed) and self.stop.exit_code == STALLED.number
             window = budget.engine_deadline if requested else budget.sidecar_window
             deadline = started + (budget.kill_margin if stalled else window)
             self._signal_main(engine, signal.SIGTERM)

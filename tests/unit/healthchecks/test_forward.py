@@ -13,7 +13,7 @@ from aiohttp import web
 from healthchecks.forward import ForwardWatcher, token_sum
 from healthchecks.state import PodHealth
 from launcher.contract.plan import Check, Probes, ProgressSource, ProgressWatch
-from launcher.supervise.outcome import RUNNING
+from launcher.contract.stop import RUNNING
 from tests.ports import free_port
 from tests.unit.healthchecks.loopback import QuietLog
 

@@ -53,7 +53,7 @@ def test_malformed_requests_are_refused_in_one_json_line_each(capsys: pytest.Cap
     probes = Probes(port=port, ready=(Check("engine", "engine"),), started=Check("engine", "engine"))
 
     async def scenario() -> list[bytes]:
-        server = ProbeServer(PodHealth(probes), "127.0.0.1", port)
+        server = ProbeServer(PodHealth(probes), "127.0.0.1", port, holder_of=lambda _: "another process")
         await server.start()
         try:
             answers = [await _exchange(port, request) for request in REQUESTS]

@@ -13,7 +13,7 @@ from healthchecks.progress import StartupProgress
 from healthchecks.state import CheckResult, PodHealth
 from launcher.contract.phases import INITIALIZING, LOADING_WEIGHTS, STARTING_SERVER
 from launcher.contract.plan import Check, HttpCheck, Probes, ProcessSpec
-from launcher.supervise.outcome import RUNNING, Failed, StopRequested, StopState
+from launcher.contract.stop import RUNNING, Failed, StopRequested, StopState
 from roles.engines.sglang import SGLANG
 from roles.engines.vllm import VLLM
 from tests.unit.roles.test_golden_kimi import DECODE_LEADER, PREFILL_LEADER, TPU_LEADER, lws

@@ -1,4 +1,5 @@
-"""launcher/supervise/outcome.py: exit codes and the termination message (written by launcher/run.py)."""
+"""Exit codes (launcher/contract/exits.py) and the termination message (launcher/supervise/outcome.py,
+written by launcher/run.py)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,9 @@ from pathlib import Path
 import pytest
 
 from launcher.contract.errors import ConfigError
+from launcher.contract.exits import exit_code_of
 from launcher.run import write_termination_message
-from launcher.supervise.outcome import TERMINATION_LIMIT, Outcome, exit_code_of
+from launcher.supervise.outcome import TERMINATION_LIMIT, Outcome
 
 
 def test_exit_codes_follow_the_shell_convention() -> None:
@@ -56,6 +58,5 @@ def test_unknown_placeholder_refuses_to_run(tmp_path: Path, monkeypatch: pytest.
     recipe = load_recipe(RecipeSource("vllm-single-pod", None))
     plan = build_plan(settings, recipe)
     with pytest.raises(ConfigError) as err:
-        assert plan.probes is not None
         asyncio.run(_prepare(settings, recipe, plan, structlog.get_logger(), ["x"], PodHealth(plan.probes)))
     assert str(err.value).startswith("POD_IP: is not set but the plan needs it")

@@ -26,6 +26,7 @@ from launcher.supervise.preflight import (
     check_runtime_dir,
     clean_shm,
 )
+from tests.unit.supervise.probes import ENGINE_RUNS
 
 
 def _plan(processes: list[ProcessSpec], files: tuple[FileSpec, ...] = (), model: str | None = None) -> Plan:
@@ -35,6 +36,7 @@ def _plan(processes: list[ProcessSpec], files: tuple[FileSpec, ...] = (), model:
         PodIdentity(),
         tuple(processes),
         ShutdownBudget.from_grace(30),
+        ENGINE_RUNS,
         files,
         model_path=model,
     )

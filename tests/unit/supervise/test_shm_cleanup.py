@@ -15,6 +15,7 @@ from launcher.supervise import preflight
 from launcher.supervise.preflight import check_shm_dir, clean_shm
 from roles.engines.sglang import SGLANG
 from roles.engines.vllm import VLLM
+from tests.unit.supervise.probes import ENGINE_RUNS
 
 STALE = ("psm_1a2b3c4d", "sem.mp-x1y2z3", "torch_12_345_0", "nccl-AbC123", "vllm_offload_e0.mmap")
 
@@ -32,7 +33,7 @@ def shm() -> Iterator[Path]:
 
 def _plan(model: str | None) -> Plan:
     role = Role("p", RoleKind.LEADER)
-    return Plan("r", role, PodIdentity(), (), ShutdownBudget.from_grace(30), model_path=model)
+    return Plan("r", role, PodIdentity(), (), ShutdownBudget.from_grace(30), ENGINE_RUNS, model_path=model)
 
 
 def test_a_model_directory_is_never_emptied(shm: Path) -> None:

@@ -19,10 +19,12 @@ from typing import Any, TypeVar
 import pytest
 from typing_extensions import TypeVarTuple, Unpack
 
+from launcher.contract.exits import STALLED
 from launcher.contract.plan import FileSpec, Plan, PodIdentity, ProcessSpec, Role, RoleKind, ShutdownBudget
 from launcher.contract.redact import Scrubber
+from launcher.contract.stop import Failed, StopRequested
 from launcher.supervise.logs import ChildOutput
-from launcher.supervise.outcome import EXIT_STALLED, Failed, Outcome, StopRequested
+from launcher.supervise.outcome import Outcome
 from launcher.supervise.spawn import ChildHandle, Descendant
 from launcher.supervise.supervisor import (
     Event,
@@ -32,6 +34,7 @@ from launcher.supervise.supervisor import (
     restart_delay,
     write_files,
 )
+from tests.unit.supervise.probes import ENGINE_RUNS
 
 T = TypeVar("T")
 Ts = TypeVarTuple("Ts")
@@ -214,6 +217,7 @@ def supervise(
         PodIdentity(),
         (ProcessSpec("engine", ("vllm",)), ProcessSpec("render", ("render",), critical=False)),
         budget,
+        ENGINE_RUNS,
     )
     config = SupervisorConfig(sidecar_restarts=restarts, sidecar_restart_window=window, restart_backoff=1.0)
 
@@ -400,7 +404,7 @@ def test_the_engine_deadline_counts_from_the_stop_not_from_the_engines_sigterm()
 def test_a_condemned_pod_is_not_deregistered_first_and_exits_with_the_verdicts_code() -> None:
     spawner = FakeSpawner({"engine": [Script(on_sigterm=1)]})
     reason = "engine stalled: engine (:8000) made no progress for 80 s and its canary timed out after 20 s"
-    outcome, _ = supervise(spawner, budget=DEREGISTER, condemn=(30, reason, EXIT_STALLED))
+    outcome, _ = supervise(spawner, budget=DEREGISTER, condemn=(30, reason, STALLED.number))
     assert spawner.signalled("engine", signal.SIGTERM) == [30]  # at once: nothing is served any more
     assert (outcome.exit_code, outcome.reason) == (5, reason)
 
@@ -408,7 +412,7 @@ def test_a_condemned_pod_is_not_deregistered_first_and_exits_with_the_verdicts_c
 def test_a_stalled_engine_deaf_to_sigterm_is_killed_after_the_kill_margin() -> None:
     spawner = FakeSpawner({"engine": [Script(on_sigterm=None)], "render": [Script(on_sigterm=0.5)]})
     reason = "engine stalled: engine (:8000) made no progress for 80 s and its canary timed out after 20 s"
-    outcome, _ = supervise(spawner, condemn=(30, reason, EXIT_STALLED))
+    outcome, _ = supervise(spawner, condemn=(30, reason, STALLED.number))
     assert spawner.signalled("engine", signal.SIGTERM)[0] == 30
     assert spawner.signalled("engine", signal.SIGCONT) == [30]  # a SIGSTOPped engine may act on it
     assert spawner.signalled("engine", signal.SIGKILL) == [pytest.approx(30 + BUDGET.kill_margin, abs=0.01)]

@@ -1,0 +1,53 @@
+"""Every metric the launcher serves is declared once in healthchecks/metrics.py (METRICS), from which
+docs/reference/metrics.md is generated: a family the collector yields without a declaration, or with
+another type or help than declared, fails here."""
+
+from __future__ import annotations
+
+import pytest
+import structlog
+from prometheus_client import generate_latest
+
+from healthchecks.forward import ForwardWatcher
+from healthchecks.kvevents.watcher import KvEventWatcher
+from healthchecks.metrics import METRICS, build_registry
+from healthchecks.state import PodHealth
+from launcher.contract.plan import (
+    Check,
+    KvEventSource,
+    KvEventsWatch,
+    Probes,
+    ProgressSource,
+    ProgressWatch,
+)
+
+
+@pytest.fixture
+def health(monkeypatch: pytest.MonkeyPatch) -> PodHealth:
+    """A pod with every optional family present: KV events, forward progress, weight loading."""
+    probes = Probes(port=9100, ready=(Check("engine", "engine"),), started=Check("engine", "engine"))
+    health = PodHealth(probes)
+    log = structlog.get_logger()
+    health.kv_events = KvEventWatcher(KvEventsWatch((KvEventSource(0, 5557, None, 8000),), 60.0), log)
+    watch = ProgressWatch((ProgressSource("engine", 8000),), ("tokens",), "m", 60.0, 10.0)
+    health.forward = ForwardWatcher(watch, lambda: True, 1.0, 1.0, lambda _: None, log)
+    monkeypatch.setattr(type(health.progress), "weight_ratio", property(lambda _: 0.5))
+    return health
+
+
+def test_every_served_family_is_declared_with_its_type_and_help(health: PodHealth) -> None:
+    registry, probe_latency = build_registry(health)
+    probe_latency.labels("livez").observe(0.001)
+    declared = {m.full_name: (m.kind, m.help) for m in METRICS}
+    served = {f.name: (f.type, f.documentation) for f in registry.collect()}
+    assert served == {name: declared[name] for name in served}, "a family is served that METRICS lacks"
+    assert set(served) == set(declared), "METRICS declares a family nothing serves"
+
+
+def test_exposed_names_are_the_documented_ones(health: PodHealth) -> None:
+    registry, _ = build_registry(health)
+    text = generate_latest(registry).decode()
+    for metric in METRICS:
+        if metric.kind != "histogram":
+            assert f"# TYPE {metric.exposed} {metric.kind}" in text
+            assert metric.labels or f"\n{metric.exposed} " in text
