@@ -55,6 +55,9 @@ class _Parser(argparse.ArgumentParser):
     not pay for importing pydantic."""
 
     def __init__(self, *args: Any, settings_for: str | None = None, **kwargs: Any) -> None:
+        # No abbreviations: `plan --pod x` must not become --pod-ip, nor `--group` --group-size (the
+        # same reason engine flags are checked against their full names).
+        kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
         self._settings_for = settings_for  # None, "root", "plan" or "run"
         self._flags_added = False
@@ -116,6 +119,11 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         settings_for="root",
     )
+    root.add_argument(
+        "--version",
+        action=_VersionAction,
+        help="the launcher's, the built-in recipes' and the engine catalogues' versions",
+    )
     sub = root.add_subparsers(dest="command", metavar="COMMAND")
 
     plan = sub.add_parser(
@@ -159,6 +167,9 @@ def _parser() -> argparse.ArgumentParser:
         "schema",
         help="print the recipe JSON Schema; save it and start a recipe with "
         "`# yaml-language-server: $schema=recipe.schema.json` so editors validate it",
+    )
+    sub.add_parser(
+        "version", help="the launcher's, the built-in recipes' and the engine catalogues' versions"
     )
     probe = sub.add_parser(
         "probe",
@@ -274,6 +285,39 @@ def _cmd_recipes(ns: argparse.Namespace) -> int:
     return 0
 
 
+def version_text() -> str:
+    """What an image holds: the launcher, each built-in recipe (by content: recipes carry no version)
+    and the engine release each flag catalogue was generated from (roles/catalogs/)."""
+    import hashlib
+    from importlib import metadata, resources
+
+    from launcher.config.recipe_file import builtin_recipe_names
+    from roles.engines import FAMILIES
+    from roles.flags import load_catalog
+
+    try:
+        version = metadata.version("llm-d-launcher")
+    except metadata.PackageNotFoundError:  # run from a source tree that was never installed
+        version = "unknown (not installed)"
+    lines = [f"llm-d-launcher {version}"]
+    recipes = resources.files("launcher.config").joinpath("recipes")
+    for name in builtin_recipe_names():
+        digest = hashlib.sha256(recipes.joinpath(f"{name}.yaml").read_bytes()).hexdigest()[:12]
+        lines.append(f"recipe {name} sha256:{digest}")
+    for catalog in sorted({f.catalog for f in FAMILIES if f.catalog}):
+        lines.append(f"engine catalogue {catalog}: {load_catalog(catalog).label}")
+    return "\n".join(lines) + "\n"
+
+
+class _VersionAction(argparse.Action):
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        sys.stdout.write(version_text())
+        parser.exit(0)
+
+
 def _exit_now(code: int) -> None:
     """Skip the interpreter's teardown (tens of ms of module clean-up on the path from engine death
     to pod exit): PID 1 has nothing left to clean."""
@@ -297,6 +341,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return code
         if ns.command == "recipes":
             return _cmd_recipes(ns)
+        if ns.command == "version":
+            sys.stdout.write(version_text())
+            return 0
         if ns.command == "local-group":
             from launcher.localgroup import command
 
