@@ -228,9 +228,11 @@ def _cli_settings(ns: argparse.Namespace) -> dict[str, object]:
 def _cmd_plan(ns: argparse.Namespace) -> int:
     from launcher import render
     from launcher.config.recipe_file import load_recipe
-    from launcher.config.settings import load_settings
+    from launcher.config.settings import load_settings, unknown_env
 
     settings = load_settings(**_cli_settings(ns))
+    for problem in unknown_env(os.environ):
+        print(problem.line("warning"), file=sys.stderr)
     recipe = load_recipe(settings.recipe_source, name_given="recipe" in settings.model_fields_set)
     if ns.group:
         from roles.group import plan_group

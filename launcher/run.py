@@ -39,11 +39,13 @@ def run(cli_settings: dict[str, Any]) -> int:
         # Every input mistake surfaces here, before the async machinery is even imported: a bad
         # flag costs a fraction of a second, not an engine start.
         from launcher.config.recipe_file import load_recipe
-        from launcher.config.settings import load_settings
+        from launcher.config.settings import load_settings, unknown_env
         from roles import build_plan
 
         settings = load_settings(**cli_settings)
         termination_log = settings.termination_log
+        for problem in unknown_env(os.environ):
+            print(problem.line("warning"), file=sys.stderr, flush=True)
         recipe = load_recipe(settings.recipe_source, name_given="recipe" in settings.model_fields_set)
         plan = build_plan(settings, recipe)
         # Secrets the plan adds (recipe env, LLMD_EXTRA_ENV) are hidden as well as the pod's own.

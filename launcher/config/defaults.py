@@ -9,3 +9,4 @@ from __future__ import annotations
 
 PROBE_PORT = 8090  # the launcher's probe server; no port of the guide's pods
 TERMINATION_LOG = "/dev/termination-log"  # the kubelet's default terminationMessagePath
+LOCAL_GROUP_TAG = "LLMD_LOCAL_GROUP"  # in every `local-group` pod's env: finds whatever a pod left behind

@@ -13,10 +13,12 @@ config file and docs).
 
 from __future__ import annotations
 
+import difflib
 import os
 import posixpath
 import re
 import textwrap
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -29,11 +31,12 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from launcher.config.defaults import PROBE_PORT, TERMINATION_LOG
+from launcher.config.defaults import LOCAL_GROUP_TAG, PROBE_PORT, TERMINATION_LOG
 from launcher.config.recipe import EnvMap
 from launcher.config.recipe_file import RecipeSource, read_recipe
 from launcher.contract.addresses import is_ip
 from launcher.contract.errors import ConfigError, Problem
+from launcher.contract.plan import IFNAME_PLACEHOLDER
 from launcher.contract.redact import REDACTED, is_secret_name
 
 DEFAULT_RECIPE = "kimi-k3.1-pro"
@@ -198,6 +201,14 @@ class Settings(BaseSettings):
         fix="give an absolute directory, e.g. /tmp/llm-d-launcher",
         flag="--runtime-dir",
         metavar="DIR",
+    )
+    strict_env: bool = setting(
+        False,
+        "an LLMD_* variable that names no setting (a typo such as LLMD_STALL_SECOND) is an error, exit 2, "
+        "instead of a warning",
+        fix="use true or false",
+        flag="--strict-env",
+        metavar="BOOL",
     )
     check_flags: bool = setting(
         True,
@@ -478,6 +489,30 @@ def setting_label(field: str, cli: dict[str, Any] | None = None) -> str:
     return f"recipe launcher.{field} ({env})"
 
 
+# LLMD_* names the launcher sets itself, which are not settings.
+_LAUNCHER_ENV = (LOCAL_GROUP_TAG, IFNAME_PLACEHOLDER.removeprefix("$(").removesuffix(")"))
+
+
+def unknown_env(environ: Mapping[str, str]) -> list[Problem]:
+    """LLMD_* variables that name no setting, with the closest setting's name: without a word a typo
+    (LLMD_STALL_SECOND=30) would leave the default in force."""
+    prefix = "LLMD_"
+    known = sorted(env_name(f).removeprefix(prefix) for f in DOCS if env_name(f).startswith(prefix))
+    problems = []
+    for name in sorted(environ):
+        rest = name.removeprefix(prefix)
+        if rest == name or rest in known or name in _LAUNCHER_ENV:
+            continue
+        close = difflib.get_close_matches(rest, known, n=1)  # without the prefix every name is close
+        fix = (
+            f"did you mean {prefix}{close[0]}?"
+            if close
+            else "`llm-d-launcher plan --help` lists the settings"
+        )
+        problems.append(Problem(name, "names no launcher setting and has no effect", fix))
+    return problems
+
+
 def _field_of(loc: tuple[int | str, ...]) -> str:
     first = str(loc[0]) if loc else ""
     return next((field for field in DOCS if first in (field, env_name(field))), first)
@@ -506,6 +541,8 @@ def load_settings(**cli: Any) -> Settings:
         field = next((f for f in Settings.model_fields if f'"{f}"' in str(exc)), "extra_env")
         raise ConfigError.one(setting_label(field, given), "is not valid JSON", fix_for(field)) from None
     _check_lws_env(settings)
+    if settings.strict_env and (unknown := unknown_env(os.environ)):
+        raise ConfigError(unknown)
     return settings
 
 

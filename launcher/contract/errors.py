@@ -16,10 +16,10 @@ class Problem:
     def __str__(self) -> str:
         return f"{self.setting}: {self.message}; {self.fix}"
 
-    def line(self) -> str:
+    def line(self, severity: str = "error") -> str:
         """As printed: one line, even when a value in it holds a newline or carriage return."""
         text = str(self).replace("\r", "\\r").replace("\n", "\\n")
-        return f"llm-d-launcher: error: {text}"
+        return f"llm-d-launcher: {severity}: {text}"
 
 
 class ConfigError(Exception):

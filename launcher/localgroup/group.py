@@ -18,10 +18,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from launcher.config.defaults import LOCAL_GROUP_TAG
+
 NETWORK = ipaddress.IPv4Network("10.77.0.0/24")  # inside the runner's own network namespace only
 FIRST_POD_HOST = 10  # pod i gets the network's host number 10 + i; .1 is the bridge
 BRIDGE = "llmd-group"
-TAG = "LLMD_LOCAL_GROUP"  # in every pod's env: finds whatever a pod left behind
+TAG = LOCAL_GROUP_TAG
 LWS_ENV = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "POD_IP", "POD_NAME", "POD_NAMESPACE")
 
 
