@@ -251,8 +251,11 @@ def _cmd_plan(ns: argparse.Namespace) -> int:
         return 0
 
     from roles import build_plan
+    from roles.group import port_problems
 
     plan = build_plan(settings, recipe)
+    if problems := port_problems(plan):
+        raise ConfigError(problems)
     sys.stdout.write(render.render_plan(plan, ns.format))
     _notes_to_stderr(plan.notes, ns.format)
     return 0

@@ -41,6 +41,7 @@ def run(cli_settings: dict[str, Any]) -> int:
         from launcher.config.recipe_file import load_recipe
         from launcher.config.settings import load_settings, unknown_env
         from roles import build_plan
+        from roles.group import port_problems
 
         settings = load_settings(**cli_settings)
         termination_log = settings.termination_log
@@ -48,6 +49,8 @@ def run(cli_settings: dict[str, Any]) -> int:
             print(problem.line("warning"), file=sys.stderr, flush=True)
         recipe = load_recipe(settings.recipe_source, name_given="recipe" in settings.model_fields_set)
         plan = build_plan(settings, recipe)
+        if problems := port_problems(plan):
+            raise ConfigError(problems)
         # Secrets the plan adds (recipe env, LLMD_EXTRA_ENV) are hidden as well as the pod's own.
         scrub = Scrubber(
             secret_values({**os.environ, **{k: v for p in plan.processes for k, v in p.env.items()}})
@@ -75,6 +78,8 @@ def _supervise(settings: Settings, recipe: Recipe, plan: Plan, scrub: Scrubber) 
     as_json = wants_json(settings.log_format)
     output = ChildOutput(as_json, scrub)
     log = configure(as_json, scrub, output.stderr)
+    if plan.notes:  # what the dry-run says about the inputs (a clamped setting, a literal secret)
+        log.info("plan notes", notes=list(plan.notes))
     try:
         outcome = asyncio.run(_run(settings, recipe, plan, log, output))
     except ConfigError as exc:

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from launcher.config.recipe import Recipe
+import re
+from dataclasses import replace
+
+from launcher.config.recipe import Pool, Recipe
 from launcher.config.settings import Settings
 from launcher.contract.plan import Plan, ShutdownBudget
+from launcher.contract.redact import is_secret_name
 from roles.context import BuildContext
 from roles.derive import derive_role
+
+_REFERENCE = re.compile(r"\$\(\w+\)|\$\{\w+\}")  # $(VAR) or ${VAR}: a name, not the secret itself
 
 
 def build_plan(settings: Settings, recipe: Recipe, group_member: int | None = None) -> Plan:
@@ -33,4 +39,24 @@ def build_plan(settings: Settings, recipe: Recipe, group_member: int | None = No
 
     family = family_of(derived.pool)
     plan = family.build(ctx, derived.pool)
+    plan = replace(plan, notes=(*plan.notes, *_input_notes(settings, recipe, derived.pool, ctx.shutdown)))
     return with_host_needs(plan, family, derived.pool, derived.role.pool, derived.pod.pod_ip)
+
+
+def _input_notes(settings: Settings, recipe: Recipe, pool: Pool, shutdown: ShutdownBudget) -> list[str]:
+    """What the launcher changed or doubts in its inputs, said in the plan (and logged by `run`)."""
+    notes = [
+        f"recipe env {name} holds a literal value under a secret's name: anyone who reads the recipe "
+        f"(a ConfigMap, an image) reads it; remove it and give the pod {name} from a Secret "
+        "(env valueFrom.secretKeyRef)"
+        for name, value in {**recipe.env, **pool.env}.items()
+        if is_secret_name(name) and value.strip() and not _REFERENCE.fullmatch(value.strip())
+    ]
+    if shutdown.deregister < settings.deregister_seconds:
+        notes.append(
+            f"LLMD_DEREGISTER_SECONDS={settings.deregister_seconds} is cut to {shutdown.deregister} s: "
+            f"deregistration may take at most a sixth of LLMD_GRACE_SECONDS={settings.grace_seconds}, so "
+            f"the drain keeps the rest; for {settings.deregister_seconds} s raise the pod's "
+            f"terminationGracePeriodSeconds and LLMD_GRACE_SECONDS to {6 * settings.deregister_seconds}"
+        )
+    return notes

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 
 from launcher.config.recipe import Recipe
 from launcher.config.settings import Settings
+from launcher.contract.errors import Problem
 from launcher.contract.plan import GroupCheck, GroupReport, Plan
 from roles import build_plan
 from roles.derive import select_pool
@@ -77,21 +78,24 @@ def check_ranks(plans: Sequence[Plan]) -> GroupCheck:
 
 def check_group_ports(plans: Sequence[Plan]) -> GroupCheck:
     """No port is declared twice inside one pod (whether it is free is preflight's check_ports_free)."""
-    clashes = []
-    for p in plans:
-        seen: dict[int, str] = {}
-        for process, port in p.ports:
-            label = f"{process} {port.name}"
-            if port.number in seen:
-                clashes.append(
-                    f"pod {p.role.worker_index}: {port.number} is both {seen[port.number]} and {label}"
-                )
-            seen[port.number] = label
+    clashes = [f"pod {p.role.worker_index}: {clash}" for p in plans for clash in p.port_clashes()]
     if clashes:
         return GroupCheck("ports", False, "; ".join(clashes))
     return GroupCheck(
         "ports", True, f"no port is used twice inside a pod ({sum(len(p.ports) for p in plans)} ports)"
     )
+
+
+def port_problems(plan: Plan) -> list[Problem]:
+    """The ports check of one pod, as `plan` and `run` refuse it (`plan --group` reports it per pod)."""
+    return [
+        Problem(
+            f"recipe pool {plan.role.pool}",
+            f"port {clash}",
+            "give each process of the pod its own port in the recipe (its pool's ports, kv_events, sidecars)",
+        )
+        for clash in plan.port_clashes()
+    ]
 
 
 _LEADER_FLAGS = ("--master-addr", "--data-parallel-address", "--dist-init-addr")

@@ -317,6 +317,18 @@ class Plan:
     def ports(self) -> list[tuple[str, PortSpec]]:
         return [(p.name, port) for p in self.processes for port in p.ports]
 
+    def port_clashes(self) -> list[str]:
+        """Ports declared twice inside this pod (the second process would fail to bind), e.g. "8201 is
+        both engine http-rank1 and engine kv-events-rank0". Whether a port is free is preflight's."""
+        seen: dict[int, str] = {}
+        clashes = []
+        for process, port in self.ports:
+            label = f"{process} {port.name}"
+            if port.number in seen:
+                clashes.append(f"{port.number} is both {seen[port.number]} and {label}")
+            seen[port.number] = label
+        return clashes
+
 
 @dataclass(frozen=True)
 class GroupCheck:

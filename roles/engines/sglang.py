@@ -39,6 +39,14 @@ _OWNED = {
     **owned_flags(
         "set model.path / model.served_name in the recipe", "model-path", "model", "served-model-name"
     ),
+    # SGLang 0.5.23 publishes per DP rank on its own port and topic scheme (sglang/srt/disaggregation/
+    # kv_events.py); the launcher models vLLM's only, so an SGLang publisher would be unwatched and
+    # unchecked by `plan --group`.
+    **owned_flags(
+        "for SGLang it keeps KV events off, as it does not model them yet (port per rank, topic, its "
+        "watcher, the group checks): remove the flag; a router that needs KV events reads a vLLM pool's",
+        "kv-events-config",
+    ),
 }
 
 
