@@ -67,4 +67,5 @@ ENV PYTHONUNBUFFERED=1
 
 # No HEALTHCHECK: Kubernetes probes.
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["llm-d-launcher", "run"]
+ENTRYPOINT ["llm-d-launcher"]
+CMD ["run"]

@@ -56,4 +56,5 @@ ENV PYTHONUNBUFFERED=1
 # The base image's user is kept (TPU device access is granted by the pod spec).
 # No HEALTHCHECK: Kubernetes probes.
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["llm-d-launcher", "run"]
+ENTRYPOINT ["llm-d-launcher"]
+CMD ["run"]

@@ -74,4 +74,5 @@ ENV PYTHONUNBUFFERED=1
 # The base image's user (root in vllm/vllm-openai) is kept: RDMA/NIXL and GPUDirect need what the
 # pod's securityContext grants, which is the manifest's decision. No HEALTHCHECK: Kubernetes probes.
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["llm-d-launcher", "run"]
+ENTRYPOINT ["llm-d-launcher"]
+CMD ["run"]
