@@ -56,10 +56,19 @@ _REQUEST_ERRORS.propagate = False
 
 class ProbeServer:
     """`holder_of(port)` names the process that holds a port, for the error when ours is taken: the
-    runtime's process-table scan (launcher/supervise/preflight.py), handed in so the probes need none."""
+    runtime's process-table scan (launcher/supervise/preflight.py), handed in so the probes need none.
+    `kv_token_ids`: /kvevents shows recent prompts' token ids (LLMD_KV_EVENTS_TOKEN_IDS)."""
 
-    def __init__(self, health: PodHealth, host: str, port: int, holder_of: Callable[[int], str]) -> None:
+    def __init__(
+        self,
+        health: PodHealth,
+        host: str,
+        port: int,
+        holder_of: Callable[[int], str],
+        kv_token_ids: bool = False,
+    ) -> None:
         self.health, self.host, self.port, self.holder_of = health, host, port, holder_of
+        self.kv_token_ids = kv_token_ids
         self.registry, self._latency = build_registry(health)
         app = web.Application(middlewares=[_http_1_only])
         app.router.add_get("/livez", self._probe("livez", health.liveness))
@@ -114,7 +123,8 @@ class ProbeServer:
         watcher = self.health.kv_events
         if watcher is None:
             return web.json_response({"watching": False}, status=404)
-        return web.json_response({"watching": True, **watcher.state.as_dict(time.monotonic())})
+        shown = watcher.state.as_dict(time.monotonic(), token_ids=self.kv_token_ids)
+        return web.json_response({"watching": True, **shown})
 
     async def _metrics(self, _: web.Request) -> web.Response:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

@@ -118,7 +118,9 @@ async def _run(settings: Settings, recipe: Recipe, plan: Plan, log: Log, output:
     # The probes answer from the first moment: a pod waiting for its leader is alive, not started.
     health = PodHealth(plan.probes)
     health.dropped_lines = lambda: output.dropped  # read at scrape time
-    server = ProbeServer(health, settings.probe_host, settings.probe_port, listener_of)
+    server = ProbeServer(
+        health, settings.probe_host, settings.probe_port, listener_of, settings.kv_events_token_ids
+    )
     await server.start()
     try:
         stage = ["building the plan"]

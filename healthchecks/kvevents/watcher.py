@@ -56,7 +56,8 @@ class WatcherState:
         default_factory=lambda: deque(maxlen=RECENT)
     )  # rank, seq, event
 
-    def as_dict(self, now: float) -> dict[str, Any]:
+    def as_dict(self, now: float, token_ids: bool = False) -> dict[str, Any]:
+        """token_ids: show the recent events' token ids, i.e. recent prompts (LLMD_KV_EVENTS_TOKEN_IDS)."""
         return {
             "ranks": {
                 str(rank): {
@@ -80,18 +81,25 @@ class WatcherState:
                 for rank, s in self.ranks.items()
             },
             "malformed": dict(self.malformed),
-            "recent_block_stored": [_stored_dict(rank, seq, event) for rank, seq, event in list(self.recent)],
+            "recent_block_stored": [
+                _stored_dict(rank, seq, event, token_ids) for rank, seq, event in list(self.recent)
+            ],
         }
 
 
-def _stored_dict(rank: int, seq: int, event: BlockStored) -> dict[str, Any]:
-    return {
+def _stored_dict(rank: int, seq: int, event: BlockStored, token_ids: bool) -> dict[str, Any]:
+    """Token ids are a prompt's text to anyone with the tokenizer, and /kvevents answers anyone who
+    reaches the pod IP: by default only hashes, counts and sizes."""
+    shown: dict[str, Any] = {
         "rank": rank,
         "seq": seq,
         "block_hashes": [h if isinstance(h, int) else h.hex() for h in event.block_hashes],
-        "token_ids": list(event.token_ids),
+        "tokens": len(event.token_ids),
         "block_size": event.block_size,
     }
+    if token_ids:
+        shown["token_ids"] = list(event.token_ids)
+    return shown
 
 
 class KvEventWatcher:

@@ -291,6 +291,13 @@ class Settings(BaseSettings):
         fix="give an IP address to bind the probe server to, or empty for every interface",
         section="run",
     )
+    kv_events_token_ids: bool = setting(
+        False,
+        "/kvevents also shows the token ids of the latest BlockStored events: recent prompts, readable by "
+        "anyone who reaches the pod IP; off: block hashes, token counts and block sizes only",
+        fix="use true or false",
+        section="run",
+    )
     check_interval: float = setting(
         2.0,
         "seconds between two runs of one readiness check; shorter during start-up",

@@ -103,6 +103,7 @@ def tiny_vllm_pod(workdir: Path, tiny_model: Path, render: bool = True, layout: 
         "LLMD_BIN_PATH": str(VENVS / "vllm" / "bin"),
         # The shared pod's stop drains for real (test_run_vllm.py): 3 s of deregistration first.
         "LLMD_DEREGISTER_SECONDS": "3",
+        "LLMD_KV_EVENTS_TOKEN_IDS": "true",  # test_kv_events.py compares the events' tokens to the prompt's
     }
     return LauncherPod(workdir, env, port=port, ports={"render": render_port, "kv": kv, "replay": replay})
 

@@ -69,7 +69,7 @@ def wait_until(pod: LauncherPod, what: str, timeout: float = 15.0) -> None:
 
 def test_gaps_replay_resets_and_malformed_are_counted(tmp_path: Path) -> None:
     script = "wait=1.5,stored=3,drop=2,stored=1,wait=0.5,lose=2,stored=1,wait=0.5,malformed,reset,stored=2"
-    pod = kv_pod(tmp_path, script).start()
+    pod = kv_pod(tmp_path, script, extra_env={"LLMD_KV_EVENTS_TOKEN_IDS": "true"}).start()
     try:
         wait_until(pod, "stored=2")
         rank = kvevents(pod)["ranks"]["0"]
@@ -91,6 +91,23 @@ def test_gaps_replay_resets_and_malformed_are_counted(tmp_path: Path) -> None:
         assert samples[("llmd_launcher_kv_event_publisher_resets_total", label)] == 1
         assert pod.output().count("malformed KV-event message (logged once)") == 4  # once per kind
         assert pod.probe("livez")[0] == 200 and pod.probe("readyz")[0] == 200  # nothing served yet
+        pod.signal(signal.SIGTERM)
+        assert pod.finish() == 0
+    finally:
+        pod.kill_everything()
+
+
+def test_kvevents_shows_no_token_ids_unless_the_setting_asks(tmp_path: Path) -> None:
+    """Token ids are recent prompts and /kvevents answers anyone on the pod IP: by default the
+    events show hashes, token counts and block sizes (LLMD_KV_EVENTS_TOKEN_IDS=true shows the ids,
+    test_gaps_replay_resets_and_malformed_are_counted)."""
+    pod = kv_pod(tmp_path, "wait=1.5,stored=2").start()
+    try:
+        wait_until(pod, "stored=2")
+        recent = kvevents(pod)["recent_block_stored"]
+        assert len(recent) == 2
+        assert all("token_ids" not in e and e["tokens"] == 4 and e["block_size"] == 4 for e in recent)
+        assert all(e["block_hashes"] for e in recent)
         pod.signal(signal.SIGTERM)
         assert pod.finish() == 0
     finally:

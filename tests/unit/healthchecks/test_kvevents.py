@@ -228,3 +228,18 @@ def test_a_recipe_contradicting_its_router_is_refused() -> None:
     pools["tpu"] = {**pools["tpu"], "args": {**pools["tpu"]["args"], "page-size": 64}}
     with pytest.raises(ConfigError, match=re.escape("blockSizeTokens is 128 but args.page-size is 64")):
         validate_recipe({**data, "pools": pools}, source)
+
+
+@pytest.mark.parametrize("token_ids", [False, True])
+def test_recent_events_show_token_ids_only_when_asked(token_ids: bool) -> None:
+    """/kvevents answers anyone on the pod IP: recent prompts' token ids only with
+    LLMD_KV_EVENTS_TOKEN_IDS; hashes, counts and block sizes always."""
+    from healthchecks.kvevents.watcher import KvEventWatcher
+    from launcher.contract.plan import KvEventSource, KvEventsWatch
+
+    watcher = KvEventWatcher(KvEventsWatch((KvEventSource(0, 5557, None, 8000),), 60), _Log())  # type: ignore[arg-type]
+    watcher.handle(watcher.state.ranks[0], frames([STORED_032], seq=(0).to_bytes(8, "big")))
+    (shown,) = watcher.state.as_dict(0.0, token_ids=token_ids)["recent_block_stored"]
+    assert shown["tokens"] == 256 and shown["block_size"] == 128 and len(shown["block_hashes"]) == 2
+    assert shown.get("token_ids") == (list(range(256)) if token_ids else None)
+    assert ("token_ids" in watcher.state.as_dict(0.0)["recent_block_stored"][0]) is False  # the default
