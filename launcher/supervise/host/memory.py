@@ -4,6 +4,7 @@ past the memlock limit unless the process holds CAP_IPC_LOCK (kvcache-ai/Mooncak
 
 from __future__ import annotations
 
+import os
 import resource
 from pathlib import Path
 
@@ -73,14 +74,39 @@ def _read_limit(path: Path) -> int | None:
     return int(text)
 
 
-def has_cap_ipc_lock(proc: str = "/proc/self") -> bool:
+def has_cap_ipc_lock(proc: str = "/proc/self", capability_set: str = "CapEff") -> bool:
+    """CAP_IPC_LOCK in one of the process's capability sets (CapEff: in force; CapBnd: grantable)."""
     try:
         for line in Path(f"{proc}/status").read_text().splitlines():
-            if line.startswith("CapEff:"):
+            if line.startswith(f"{capability_set}:"):
                 return bool(int(line.split()[1], 16) >> CAP_IPC_LOCK & 1)
     except (OSError, ValueError, IndexError):
         pass
     return False
+
+
+def _memlock_problem(soft: int, hard: int, pinned: int) -> Problem:
+    limit = f"RLIMIT_MEMLOCK is {human(soft)} (hard {human(hard)})"
+    need = f"each engine process registers {human(pinned)} for RDMA (protocol rdma)"
+    uid = os.geteuid()
+    if uid != 0 and has_cap_ipc_lock(capability_set="CapBnd"):
+        # kubernetes/kubernetes#56374: `capabilities.add` reaches a non-root container's bounding
+        # set only; without ambient capabilities no process of it ever holds the capability.
+        return Problem(
+            "CAP_IPC_LOCK",
+            f"is in the container's bounding set (securityContext.capabilities.add) but not in the "
+            f"effective set, as the container runs as non-root user {uid} (kubernetes/kubernetes#56374); "
+            f"{limit} but {need}",
+            "run the container as root (securityContext.runAsUser: 0), or give the binary that "
+            "registers the memory file capabilities in the image (setcap cap_ipc_lock+ep BINARY) and "
+            "mark this check advisory (host.advisory: [memlock]), as the launcher cannot hold them",
+        )
+    return Problem(
+        "RLIMIT_MEMLOCK",
+        f"is {human(soft)} (hard {human(hard)}) but {need} and the container lacks CAP_IPC_LOCK",
+        "add IPC_LOCK to the container's securityContext.capabilities, or raise the "
+        "memlock ulimit of the container runtime to unlimited",
+    )
 
 
 def check_memory(plan: Plan) -> list[tuple[str, Problem]]:
@@ -110,16 +136,5 @@ def check_memory(plan: Plan) -> list[tuple[str, Problem]]:
                 # Raise our soft limit to the hard one: the engine inherits it and never has to.
                 resource.setrlimit(resource.RLIMIT_MEMLOCK, (hard, hard))
             else:
-                found.append(
-                    (
-                        "memlock",
-                        Problem(
-                            "RLIMIT_MEMLOCK",
-                            f"is {human(soft)} (hard {human(hard)}) but each engine process registers "
-                            f"{human(pinned)} for RDMA (protocol rdma) and the container lacks CAP_IPC_LOCK",
-                            "add IPC_LOCK to the container's securityContext.capabilities, or raise the "
-                            "memlock ulimit of the container runtime to unlimited",
-                        ),
-                    )
-                )
+                found.append(("memlock", _memlock_problem(soft, hard, pinned)))
     return found
