@@ -20,7 +20,7 @@ import psutil
 from tests.ports import free_port
 
 STANDINS = Path(__file__).resolve().parent / "standins"
-RUN_TAG = "LLMD_TEST_RUN"
+RUN_TAG = "LAUNCHER_TEST_RUN"  # not LLMD_*: the launcher warns about LLMD_ names that are no setting
 
 
 def tagged(tag: str, key: str = RUN_TAG) -> list[psutil.Process]:
