@@ -3,6 +3,7 @@ so both sides import it from here rather than from each other."""
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 
 from launcher.contract.exits import signal_name
@@ -24,6 +25,24 @@ class StopRequested:
         return f"stopped by {signal_name(self.signum)}"
 
 
+class EngineStop(enum.Enum):
+    """How a failed pod stops its engine."""
+
+    DRAIN = "drain"  # SIGTERM its main process and wait out the stop's window
+    # It stalled and will finish nothing: SIGTERM, SIGCONT to its group (a stopped process could not
+    # act on the SIGTERM), only the kill margin, then SIGKILL its whole group.
+    STALLED = "stalled"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """A watcher's finding that the pod must end although its processes run, and how to stop it."""
+
+    reason: str
+    exit_code: int  # shell-style, never 0
+    engine: EngineStop = EngineStop.DRAIN
+
+
 @dataclass(frozen=True)
 class Failed:
     """A critical process (or a crash-looping sidecar) ended the pod: /livez fails with the reason."""
@@ -31,6 +50,11 @@ class Failed:
     reason: str
     exit_code: int  # shell-style, never 0
     output: tuple[str, ...] = ()  # the failing process's last lines
+    engine: EngineStop = EngineStop.DRAIN
+
+    @classmethod
+    def of(cls, verdict: Verdict) -> Failed:
+        return cls(verdict.reason, verdict.exit_code, engine=verdict.engine)
 
 
 StopState = Running | StopRequested | Failed

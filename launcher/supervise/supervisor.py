@@ -14,6 +14,9 @@ life cycle is scripted in unit tests and real in pods.
   engine's main process (it drains, then stops its own workers)
   -> SIGTERM sidecars and what is left of every group -> SIGKILL whatever is left at kill_at.
 - The launcher is a child subreaper (or PID 1), so orphaned grandchildren are reaped here too.
+- Each process has an explicit life-cycle state (launcher/contract/lifecycle.py: starting, running,
+  backoff, stopping, exited, fatal); an illegal move raises. A watcher's verdict (PodCondemned) says
+  how the engine is stopped (EngineStop), so nothing here reads meaning into an exit code.
 """
 
 from __future__ import annotations
@@ -28,15 +31,20 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from launcher.contract.exits import ENGINE_QUIT, STALLED, describe_exit, exit_code_of, signal_name
+from launcher.contract.exits import ENGINE_QUIT, describe_exit, exit_code_of, signal_name
+from launcher.contract.lifecycle import Lifecycle, move
 from launcher.contract.log import Log
 from launcher.contract.plan import FileSpec, Plan, ProcessSpec
 from launcher.contract.redact import redact_argv
-from launcher.contract.stop import RUNNING, Failed, StopRequested, StopState
+from launcher.contract.stop import RUNNING, EngineStop, Failed, StopRequested, StopState, Verdict
 from launcher.supervise.logs import TAIL_LINES, ChildOutput, LineReader
 from launcher.supervise.outcome import Outcome, final_outcome
 from launcher.supervise.spawn import Spawner, SubprocessSpawner, search_path
+
+if TYPE_CHECKING:
+    from launcher.config.settings import Settings
 
 BACKOFF_CAP = 30.0  # seconds: the longest a sidecar waits before its next restart
 DRAIN_READS = 64  # at most 4 MiB passed on when a process exits, so a chatty orphan cannot stall us
@@ -73,8 +81,7 @@ class ShutdownDone:
 class PodCondemned:
     """A watcher (healthchecks/) found the pod broken although its processes run: end it."""
 
-    reason: str
-    exit_code: int
+    verdict: Verdict
 
 
 Event = SignalReceived | ChildExited | RestartDue | ShutdownDone | PodCondemned
@@ -82,10 +89,21 @@ Event = SignalReceived | ChildExited | RestartDue | ShutdownDone | PodCondemned
 
 @dataclass(frozen=True)
 class SupervisorConfig:
-    bin_path: str = ""
-    sidecar_restarts: int = 5
-    sidecar_restart_window: float = 300.0
-    restart_backoff: float = 1.0
+    """The settings the supervisor reads; no defaults here, the settings declare them."""
+
+    bin_path: str
+    sidecar_restarts: int
+    sidecar_restart_window: float
+    restart_backoff: float
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> SupervisorConfig:
+        return cls(
+            bin_path=settings.bin_path,
+            sidecar_restarts=settings.sidecar_restarts,
+            sidecar_restart_window=settings.sidecar_restart_window,
+            restart_backoff=settings.restart_backoff_seconds,
+        )
 
 
 @dataclass
@@ -100,10 +118,15 @@ class ProcessState:
     restarts: int = 0  # total, for metrics
     recent_exits: deque[float] = field(default_factory=deque)  # monotonic times within the window
     tail: deque[str] = field(default_factory=lambda: deque(maxlen=TAIL_LINES))
+    lifecycle: Lifecycle = Lifecycle.STARTING  # moved only through become()
 
     @property
     def name(self) -> str:
         return self.spec.name
+
+    def become(self, target: Lifecycle) -> None:
+        """Raises IllegalTransition for a move the life cycle does not allow (a supervisor bug)."""
+        self.lifecycle = move(self.name, self.lifecycle, target)
 
 
 class Supervisor:
@@ -177,12 +200,13 @@ class Supervisor:
         elif isinstance(event, RestartDue):
             self._on_restart_due(event.name)
         elif isinstance(event, PodCondemned) and not self.stopping:
-            self.log.error("ending the pod", reason=event.reason, code=event.exit_code)
-            self._begin_shutdown(Failed(event.reason, event.exit_code))
+            verdict = event.verdict
+            self.log.error("ending the pod", reason=verdict.reason, code=verdict.exit_code)
+            self._begin_shutdown(Failed.of(verdict))
 
-    def condemn(self, reason: str, exit_code: int) -> None:
+    def condemn(self, verdict: Verdict) -> None:
         """Ends the pod from outside the loop (a watcher's verdict), as a crash would."""
-        self.events.put_nowait(PodCondemned(reason, exit_code))
+        self.events.put_nowait(PodCondemned(verdict))
 
     def _on_signal(self, signum: int) -> None:
         name = signal_name(signum)
@@ -202,6 +226,7 @@ class Supervisor:
         level = self.log.info if self.stopping or code == 0 else self.log.error
         level("process exited", process=state.name, pid=pid, code=exit_code_of(code), how=describe_exit(code))
         if self.stopping:
+            state.become(Lifecycle.EXITED)
             return
         if state.spec.critical:
             # Nobody asked it to stop, so even a 0 is a failure (vLLM's DP supervisor exits 0 after
@@ -210,6 +235,7 @@ class Supervisor:
                 failed = Failed(ENGINE_QUIT.says(process=state.name), ENGINE_QUIT.number, tuple(state.tail))
             else:
                 failed = Failed(f"{state.name} {describe_exit(code)}", exit_code_of(code), tuple(state.tail))
+            state.become(Lifecycle.FATAL)
             self._begin_shutdown(failed)
             return
         self._schedule_restart(state, code)
@@ -226,8 +252,10 @@ class Supervisor:
                 f"{len(state.recent_exits)} exits within {window:g} s "
                 f"(LLMD_SIDECAR_RESTARTS={self.config.sidecar_restarts})"
             )
+            state.become(Lifecycle.FATAL)
             self._begin_shutdown(Failed(reason, exit_code_of(code) or 1, tuple(state.tail)))
             return
+        state.become(Lifecycle.BACKOFF)
         delay = restart_delay(len(state.recent_exits), self.config.restart_backoff)
         self.log.warning(
             "restarting sidecar",
@@ -259,12 +287,14 @@ class Supervisor:
             reason = f"{state.name} could not start: {spec.argv[0]}: {detail}"
             self.log.error("spawn failed", process=state.name, error=str(exc))
             if spec.critical:
+                state.become(Lifecycle.FATAL)
                 self._begin_shutdown(Failed(reason, code))
             else:
                 state.tail.append(reason)
                 self._schedule_restart(state, code)
             return
         state.pid, state.running = child.pid, True
+        state.become(Lifecycle.RUNNING)
         state.exited = asyncio.Event()
         self._by_pid[child.pid] = state
         self._groups.add(child.pid)
@@ -323,6 +353,11 @@ class Supervisor:
         if self.stopping:
             return
         self.stop = stop
+        for state in self.processes:
+            if state.lifecycle is Lifecycle.RUNNING:
+                state.become(Lifecycle.STOPPING)
+            elif state.lifecycle in (Lifecycle.STARTING, Lifecycle.BACKOFF):
+                state.become(Lifecycle.EXITED)  # it will not run again
         asyncio.get_running_loop().create_task(self._shutdown(isinstance(stop, StopRequested)))
 
     async def _shutdown(self, requested: bool) -> None:
@@ -350,7 +385,7 @@ class Supervisor:
             # workers exit on the first SIGTERM, so signalling the group would abort in-flight work.
             # A pod condemned while its engine runs (a group member gone) has nothing worth draining;
             # a stalled engine has shown it will not finish anything, so it gets only the kill margin.
-            stalled = isinstance(self.stop, Failed) and self.stop.exit_code == STALLED.number
+            stalled = isinstance(self.stop, Failed) and self.stop.engine is EngineStop.STALLED
             window = budget.engine_deadline if requested else budget.sidecar_window
             deadline = started + (budget.kill_margin if stalled else window)
             self._signal_main(engine, signal.SIGTERM)

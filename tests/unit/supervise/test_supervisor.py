@@ -22,7 +22,7 @@ from typing_extensions import TypeVarTuple, Unpack
 from launcher.contract.exits import STALLED
 from launcher.contract.plan import FileSpec, Plan, PodIdentity, ProcessSpec, Role, RoleKind, ShutdownBudget
 from launcher.contract.redact import Scrubber
-from launcher.contract.stop import Failed, StopRequested
+from launcher.contract.stop import EngineStop, Failed, StopRequested, Verdict
 from launcher.supervise.logs import ChildOutput
 from launcher.supervise.outcome import Outcome
 from launcher.supervise.spawn import ChildHandle, Descendant
@@ -207,7 +207,7 @@ def supervise(
     restarts: int = 3,
     window: float = 300.0,
     budget: ShutdownBudget = BUDGET,
-    condemn: tuple[float, str, int] | None = None,
+    condemn: tuple[float, Verdict] | None = None,
 ) -> tuple[Outcome, Pod]:
     """Run an engine and a render sidecar under the fake spawner until the pod ends."""
     pod = Pod(spawner)
@@ -219,7 +219,9 @@ def supervise(
         budget,
         ENGINE_RUNS,
     )
-    config = SupervisorConfig(sidecar_restarts=restarts, sidecar_restart_window=window, restart_backoff=1.0)
+    config = SupervisorConfig(
+        bin_path="", sidecar_restarts=restarts, sidecar_restart_window=window, restart_backoff=1.0
+    )
 
     async def main() -> Outcome:
         loop = asyncio.get_running_loop()
@@ -231,7 +233,7 @@ def supervise(
         output = ChildOutput(as_json=False, scrub=Scrubber(()))
         pod.supervisor = Supervisor(plan, config, events, output, pod.log, clock=loop.time, spawner=spawner)
         if condemn is not None:  # a watcher's verdict (healthchecks/forward.py, peers.py)
-            loop.call_later(condemn[0], pod.supervisor.condemn, condemn[1], condemn[2])
+            loop.call_later(condemn[0], pod.supervisor.condemn, condemn[1])
         return await pod.supervisor.run()
 
     return run_virtual(main), pod
@@ -365,7 +367,7 @@ def test_a_condemned_pod_stops_without_a_drain_and_exits_with_the_verdicts_code(
     """A broken group has nothing worth draining: the engine gets the sidecars' window, not the
     grace period, then everything left is killed."""
     spawner = FakeSpawner({"engine": [Script(on_sigterm=None)]})  # ignores SIGTERM (a hung peer)
-    outcome, pod = supervise(spawner, condemn=(10, "group member worker 1 is gone", 4))
+    outcome, pod = supervise(spawner, condemn=(10, Verdict("group member worker 1 is gone", 4)))
     assert spawner.signalled("engine", signal.SIGTERM)[0] == pytest.approx(10, abs=0.01)
     assert spawner.signalled("engine", signal.SIGKILL) == [
         pytest.approx(10 + BUDGET.sidecar_window + BUDGET.kill_margin, abs=0.11)
@@ -376,12 +378,16 @@ def test_a_condemned_pod_stops_without_a_drain_and_exits_with_the_verdicts_code(
 
 def test_a_verdict_after_a_stop_began_changes_nothing() -> None:
     spawner = FakeSpawner()
-    outcome, _ = supervise(spawner, signals=((5, signal.SIGTERM),), condemn=(6, "late verdict", 4))
+    outcome, _ = supervise(spawner, signals=((5, signal.SIGTERM),), condemn=(6, Verdict("late verdict", 4)))
     assert outcome.exit_code == 0
 
 
 # ------------------------------------------------------------------ deregistration and watchers' verdicts
 DEREGISTER = ShutdownBudget.from_grace(30, 5)  # engine signalled at 5 s, deadline 22 s
+
+
+def stalled_verdict(reason: str) -> Verdict:
+    return Verdict(reason, STALLED.number, EngineStop.STALLED)
 
 
 def test_a_requested_stop_signals_the_engine_only_after_the_deregistration_delay() -> None:
@@ -404,7 +410,7 @@ def test_the_engine_deadline_counts_from_the_stop_not_from_the_engines_sigterm()
 def test_a_condemned_pod_is_not_deregistered_first_and_exits_with_the_verdicts_code() -> None:
     spawner = FakeSpawner({"engine": [Script(on_sigterm=1)]})
     reason = "engine stalled: engine (:8000) made no progress for 80 s and its canary timed out after 20 s"
-    outcome, _ = supervise(spawner, budget=DEREGISTER, condemn=(30, reason, STALLED.number))
+    outcome, _ = supervise(spawner, budget=DEREGISTER, condemn=(30, stalled_verdict(reason)))
     assert spawner.signalled("engine", signal.SIGTERM) == [30]  # at once: nothing is served any more
     assert (outcome.exit_code, outcome.reason) == (5, reason)
 
@@ -412,13 +418,24 @@ def test_a_condemned_pod_is_not_deregistered_first_and_exits_with_the_verdicts_c
 def test_a_stalled_engine_deaf_to_sigterm_is_killed_after_the_kill_margin() -> None:
     spawner = FakeSpawner({"engine": [Script(on_sigterm=None)], "render": [Script(on_sigterm=0.5)]})
     reason = "engine stalled: engine (:8000) made no progress for 80 s and its canary timed out after 20 s"
-    outcome, _ = supervise(spawner, condemn=(30, reason, STALLED.number))
+    outcome, _ = supervise(spawner, condemn=(30, stalled_verdict(reason)))
     assert spawner.signalled("engine", signal.SIGTERM)[0] == 30
     assert spawner.signalled("engine", signal.SIGCONT) == [30]  # a SIGSTOPped engine may act on it
     assert spawner.signalled("engine", signal.SIGKILL) == [pytest.approx(30 + BUDGET.kill_margin, abs=0.01)]
     assert spawner.signalled("render", signal.SIGTERM)[0] == pytest.approx(30 + BUDGET.kill_margin, abs=0.01)
     assert spawner.signalled("render", signal.SIGKILL) == []  # the sidecar still had its window
     assert (outcome.exit_code, outcome.reason) == (5, reason)
+
+
+def test_how_the_engine_stops_comes_from_the_verdict_not_from_its_exit_code() -> None:
+    """Exit code 5 with a draining verdict: the engine keeps the sidecars' window, no SIGCONT."""
+    spawner = FakeSpawner({"engine": [Script(on_sigterm=None)], "render": [Script(on_sigterm=0.5)]})
+    outcome, _ = supervise(spawner, condemn=(30, Verdict("a verdict that drains", STALLED.number)))
+    assert spawner.signalled("engine", signal.SIGCONT) == []
+    assert spawner.signalled("render", signal.SIGTERM)[0] == pytest.approx(
+        30 + BUDGET.sidecar_window, abs=0.01
+    )
+    assert outcome.exit_code == STALLED.number
 
 
 # ------------------------------------------------------------------ helpers of the supervisor
