@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import time
 from typing import TYPE_CHECKING
 
+from healthchecks.http import NoAnswer, http_get, os_reason
 from healthchecks.state import CheckResult, PodHealth
+from healthchecks.watcher import Watcher
 from launcher.contract.log import Log
-from launcher.contract.plan import Check, EventsFlowing, HttpCheck, TcpCheck
+from launcher.contract.plan import Check, HttpCheck, TcpCheck
 
 if TYPE_CHECKING:
     from aiohttp import ClientSession
@@ -19,7 +20,11 @@ if TYPE_CHECKING:
 STARTUP_INTERVAL = 1.0  # seconds: while loading, notice the first answer soon
 
 
-class CheckRunner:
+class CheckRunner(Watcher):
+    """Runs the plan's checks; its results are PodHealth's (probes, check metrics), so it adds none."""
+
+    name = "checks"
+
     def __init__(self, health: PodHealth, interval: float, timeout: float, log: Log) -> None:
         self.health, self.interval, self.timeout, self.log = health, interval, timeout, log
         self._last_ok: dict[str, bool] = {}
@@ -28,11 +33,14 @@ class CheckRunner:
         """Until cancelled."""
         import aiohttp
 
-        timeout = aiohttp.ClientTimeout(total=self.timeout)
         connector = aiohttp.TCPConnector(force_close=True)  # a fresh connection, as the kubelet makes
-        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
-            # KV-event flow is read from the watcher when a probe asks; nothing to fetch for it.
-            fetched = [c for c in self.health.checks if not isinstance(c.request, EventsFlowing)]
+        async with aiohttp.ClientSession(connector=connector) as session:
+            # Other requests (KV events flowing) are answered by their watcher when a probe asks.
+            fetched = [
+                c
+                for c in self.health.checks
+                if c.request is None or isinstance(c.request, (HttpCheck, TcpCheck))
+            ]
             await asyncio.gather(*(self._loop(session, check) for check in fetched))
 
     async def _loop(self, session: ClientSession, check: Check) -> None:
@@ -61,8 +69,6 @@ class CheckRunner:
         return result
 
     async def _request(self, session: ClientSession, request: HttpCheck | TcpCheck) -> tuple[bool, str]:
-        import aiohttp
-
         if isinstance(request, TcpCheck):
             what = f"connect {request.host}:{request.port}"
             try:
@@ -72,24 +78,16 @@ class CheckRunner:
             except asyncio.TimeoutError:
                 return False, f"{what}: no answer within {self.timeout:g} s"
             except OSError as exc:
-                return False, f"{what}: {_os_reason(exc)}"
+                return False, f"{what}: {os_reason(exc)}"
             writer.close()
             with contextlib.suppress(OSError):
                 await writer.wait_closed()
             return True, f"{what}: reachable"
         what = f"GET :{request.port}{request.path}"
         try:
-            async with session.get(f"http://127.0.0.1:{request.port}{request.path}") as reply:
-                status = reply.status
-        except asyncio.TimeoutError:
-            return False, f"{what}: no answer within {self.timeout:g} s"
-        except aiohttp.ClientConnectorError as exc:
-            return False, f"{what}: {_os_reason(exc.os_error)}"
-        except aiohttp.ClientError as exc:
-            return False, f"{what}: {type(exc).__name__}: {exc}"
+            status, _ = await http_get(
+                session, f"http://127.0.0.1:{request.port}{request.path}", self.timeout
+            )
+        except NoAnswer as exc:
+            return False, f"{what}: {exc}"
         return status == 200, f"{what}: {status}"
-
-
-def _os_reason(exc: OSError) -> str:
-    """'Connection refused', not asyncio's "Connect call failed ('127.0.0.1', 8000)"."""
-    return os.strerror(exc.errno) if exc.errno else str(exc)

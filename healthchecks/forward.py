@@ -8,8 +8,8 @@ while an engine works is its own token counters on /metrics. So, per API server:
 - the counters moved since the last look: progress, nothing is sent;
 - they stood still for `stall_seconds` (an idle engine, or a stuck one): one canary, the smallest real
   request (POST /v1/completions, max_tokens 1), with its own deadline. It comes back: progress. It
-  fails or times out: the engine is stalled, /livez turns 503 naming the server, and `on_stalled`
-  ends the pod.
+  fails or times out: the engine is stalled, /livez turns 503 naming the server, and the verdict
+  ends the pod, stopping the engine as a stalled one (EngineStop.STALLED).
 
 A busy engine is never canaried; an idle one costs one token per `stall_seconds`. Watching begins when
 start-up has ended and stops with the first stall.
@@ -20,13 +20,19 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from prometheus_client.core import Metric
+
+from healthchecks.engine_metrics import read_counters
+from healthchecks.metrics import FORWARD_CANARIES, FORWARD_SINCE, FORWARD_STALLED
+from healthchecks.watcher import Watcher
 from launcher.contract.exits import STALLED
 from launcher.contract.log import Log
 from launcher.contract.plan import ProgressSource, ProgressWatch
+from launcher.contract.stop import EngineStop, Verdict
 
 if TYPE_CHECKING:
     from aiohttp import ClientSession
@@ -54,27 +60,15 @@ class SourceState:
         }
 
 
-def token_sum(text: str, counters: tuple[str, ...]) -> float | None:
-    """The sum of the counters' samples over all their label sets; None when none is exposed."""
-    total, found = 0.0, False
-    for line in text.splitlines():
-        if line.startswith(counters) and line.split("{", 1)[0].split(" ", 1)[0] in counters:
-            try:
-                total += float(line.rsplit(" ", 1)[1])
-            except (IndexError, ValueError):
-                continue
-            found = True
-    return total if found else None
+class ForwardWatcher(Watcher):
+    name = "forward"
 
-
-class ForwardWatcher:
     def __init__(
         self,
         watch: ProgressWatch,
         started: Callable[[], bool],
         interval: float,
         timeout: float,
-        on_stalled: Callable[[str], None],
         log: Log,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -82,12 +76,12 @@ class ForwardWatcher:
         self.watch = watch
         self.states = [SourceState(s) for s in watch.sources]
         self.started, self.interval, self.timeout = started, interval, timeout
-        self.on_stalled, self.log, self.clock = on_stalled, log, clock
+        self.log, self.clock = log, clock
         self.stalled: str | None = None  # the verdict, once given
         self.stalled_source: str | None = None  # the API server it is about
 
-    async def run(self) -> None:
-        """Until a stall (then `on_stalled` is called once) or the task is cancelled."""
+    async def run(self) -> Verdict:
+        """Until a stall (its verdict) or the task is cancelled."""
         import aiohttp
 
         connector = aiohttp.TCPConnector(force_close=True)
@@ -98,7 +92,7 @@ class ForwardWatcher:
                 if self.stalled is None:
                     await asyncio.sleep(self.interval)
         self.log.error("engine stalled", reason=self.stalled)
-        self.on_stalled(self.stalled)
+        return Verdict(self.stalled, STALLED.number, EngineStop.STALLED)
 
     async def check(self, session: ClientSession, state: SourceState) -> None:
         tokens = await self._read(session, state)
@@ -125,25 +119,13 @@ class ForwardWatcher:
         )
 
     async def _read(self, session: ClientSession, state: SourceState) -> float | None:
-        import aiohttp
-
-        try:
-            async with session.get(
-                f"http://127.0.0.1:{state.source.port}/metrics",
-                timeout=aiohttp.ClientTimeout(total=self.timeout),
-            ) as reply:
-                if reply.status != 200:
-                    state.read = f"GET /metrics {reply.status}"
-                    return None
-                text = await reply.text()
-        except asyncio.TimeoutError:
-            state.read = f"GET /metrics: no answer within {self.timeout:g} s"
-            return None
-        except aiohttp.ClientError as exc:
-            state.read = f"GET /metrics: {type(exc).__name__}: {exc}"
-            return None
-        tokens = token_sum(text, self.watch.counters)
-        state.read = "no token counters" if tokens is None else f"{tokens:.0f} tokens"
+        tokens, failed = await read_counters(
+            session, "127.0.0.1", state.source.port, self.watch.counters, self.timeout
+        )
+        if failed is not None:
+            state.read = failed
+        else:
+            state.read = "no token counters" if tokens is None else f"{tokens:.0f} tokens"
         return tokens
 
     async def _canary(self, session: ClientSession, state: SourceState) -> tuple[bool, str]:
@@ -170,6 +152,22 @@ class ForwardWatcher:
             return False, f"failed: HTTP {status} {' '.join(text.split())[:200]}"
         return True, f"answered in {took:.2f} s"
 
-    def as_dict(self) -> dict[str, Any]:
+    # -------------------------------------------------------------- the watcher protocol
+    def not_live(self) -> str | None:
+        return self.stalled
+
+    def details(self) -> dict[str, Any]:
         now = self.clock()
         return {s.source.name: s.as_dict(now) for s in self.states}
+
+    def metrics(self) -> Iterator[Metric]:
+        since, stalled, canaries = FORWARD_SINCE.family(), FORWARD_STALLED.family(), FORWARD_CANARIES.family()
+        now = self.clock()
+        for state in self.states:
+            name = [state.source.name]
+            if state.progress_at is not None:
+                since.add_metric(name, now - state.progress_at)
+            stalled.add_metric(name, float(self.stalled_source == state.source.name))
+            for outcome in ("ok", "failed"):
+                canaries.add_metric([state.source.name, outcome], state.canaries[outcome])
+        yield from (since, stalled, canaries)

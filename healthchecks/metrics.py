@@ -1,12 +1,12 @@
-"""/metrics: the launcher's view of the pod, read from PodHealth and the supervisor at scrape time
-(so it can never disagree with the probes), plus the probe latency histogram.
+"""/metrics: the launcher's view of the pod, read from PodHealth, the supervisor and each watcher at
+scrape time (so it can never disagree with the probes), plus the probe latency histogram. Each watcher
+builds its own families (Watcher.metrics) from the declarations here.
 
 Every metric is declared once in METRICS (name, type, help, labels); the collector builds its families
 from those declarations and docs/reference/metrics.md is generated from them (scripts/generate_docs.py)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
@@ -15,11 +15,9 @@ from prometheus_client import CollectorRegistry, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from healthchecks.forward import ForwardWatcher
-from healthchecks.kvevents.watcher import WatcherState
-from healthchecks.kvevents.wire import EVENT_TYPES
 from healthchecks.state import PodHealth
 from launcher.contract.exits import exit_code_of
+from launcher.contract.lifecycle import Lifecycle
 from launcher.contract.phases import PHASES
 from launcher.contract.plan import ProcessSpec
 
@@ -63,6 +61,12 @@ PROCESS_LAST_EXIT_CODE = MetricSpec(
     "gauge",
     "exit code of the process's last exit (128+N: killed by signal N)",
     ("process",),
+)
+PROCESS_STATE = MetricSpec(
+    "process_state",
+    "gauge",
+    "1 for the process's life-cycle state (starting, running, backoff, stopping, exited, fatal)",
+    ("process", "state"),
 )
 LIVE = MetricSpec("live", "gauge", "1 while no critical process has died")
 READY = MetricSpec("ready", "gauge", "1 while every readiness check passes and no stop has begun")
@@ -114,6 +118,14 @@ FORWARD_STALLED = MetricSpec("forward_stalled", "gauge", "1 once the engine is j
 FORWARD_CANARIES = MetricSpec(
     "forward_canaries", "counter", "one-token canary requests sent, by outcome", ("source", "outcome")
 )
+PEER_UP = MetricSpec("peer_up", "gauge", "1 while the group member's launcher answers /livez 200", ("peer",))
+PEER_SINCE = MetricSpec(
+    "peer_seconds_since_answer",
+    "gauge",
+    "seconds since the group member's launcher last answered /livez 200",
+    ("peer",),
+)
+PEER_LOST = MetricSpec("peer_lost", "gauge", "1 once the group member is judged gone", ("peer",))
 LOG_LINES_DROPPED = MetricSpec(
     "log_lines_dropped",
     "counter",
@@ -127,6 +139,7 @@ METRICS = (
     PROCESS_UP,
     PROCESS_RESTARTS,
     PROCESS_LAST_EXIT_CODE,
+    PROCESS_STATE,
     LIVE,
     READY,
     CHECK_UP,
@@ -143,6 +156,9 @@ METRICS = (
     FORWARD_SINCE,
     FORWARD_STALLED,
     FORWARD_CANARIES,
+    PEER_UP,
+    PEER_SINCE,
+    PEER_LOST,
     LOG_LINES_DROPPED,
     PROBE_DURATION,
 )
@@ -176,68 +192,32 @@ class PodCollector(Collector):
         ratio = health.progress.weight_ratio
         if ratio is not None:
             yield WEIGHT_LOAD_PROGRESS.value(ratio)
-        if health.kv_events is not None:
-            yield from _kv_events(health.kv_events.state)
-        if health.forward is not None:
-            yield from _forward(health.forward)
+        for watcher in health.watchers:
+            yield from watcher.metrics()
         dropped = LOG_LINES_DROPPED.family()
         dropped.add_metric([], float(health.dropped_lines()))
         yield dropped
 
     def _processes(self) -> Iterator[Metric]:
         up, restarts, last = PROCESS_UP.family(), PROCESS_RESTARTS.family(), PROCESS_LAST_EXIT_CODE.family()
+        lifecycle = PROCESS_STATE.family()
         for name in (p.name for p in self._plan_processes()):
             state = self.health.process(name)
             up.add_metric([name], float(state is not None and state.running))
             restarts.add_metric([name], float(state.restarts if state is not None else 0))
             if state is not None and state.last_exit is not None:
                 last.add_metric([name], float(exit_code_of(state.last_exit)))
+            if state is not None:
+                for each in Lifecycle:
+                    lifecycle.add_metric([name, each.value], float(state.lifecycle is each))
         yield up
         yield restarts
         yield last
+        yield lifecycle
 
     def _plan_processes(self) -> list[ProcessSpec]:
         supervisor = self.health.supervisor
         return [s.spec for s in supervisor.processes] if supervisor is not None else []
-
-
-def _kv_events(state: WatcherState) -> Iterator[Metric]:
-    events = KV_EVENTS.family()
-    counters = {name: spec.family() for name, spec in KV_EVENT_COUNTERS.items()}
-    since, silent = KV_EVENT_SINCE.family(), KV_EVENT_SILENT.family()
-    mismatch = KV_EVENT_BLOCK_SIZE_MISMATCH.family()
-    now = time.monotonic()
-    for number, stats in state.ranks.items():
-        label = [str(number)]
-        for kind in EVENT_TYPES:
-            events.add_metric([str(number), kind], stats.events[kind])
-        for name, value in (
-            ("batches", stats.batches), ("gaps", stats.gaps), ("batches_missed", stats.missed),
-            ("batches_recovered", stats.recovered), ("batches_lost", stats.lost),
-            ("publisher_resets", stats.resets),
-        ):  # fmt: skip
-            counters[name].add_metric(label, value)
-        if stats.last_batch_at is not None:
-            since.add_metric(label, now - stats.last_batch_at)
-        silent.add_metric(label, float(stats.silent))
-        mismatch.add_metric(label, float(stats.block_size_mismatch))
-    malformed = KV_EVENT_MALFORMED.family()
-    for kind, count in state.malformed.items():
-        malformed.add_metric([kind], count)
-    yield from (events, *counters.values(), since, silent, mismatch, malformed)
-
-
-def _forward(watcher: ForwardWatcher) -> Iterator[Metric]:
-    since, stalled, canaries = FORWARD_SINCE.family(), FORWARD_STALLED.family(), FORWARD_CANARIES.family()
-    now = watcher.clock()
-    for state in watcher.states:
-        name = [state.source.name]
-        if state.progress_at is not None:
-            since.add_metric(name, now - state.progress_at)
-        stalled.add_metric(name, float(watcher.stalled_source == state.source.name))
-        for outcome in ("ok", "failed"):
-            canaries.add_metric([state.source.name, outcome], state.canaries[outcome])
-    yield from (since, stalled, canaries)
 
 
 def build_registry(health: PodHealth) -> tuple[CollectorRegistry, Histogram]:

@@ -9,15 +9,23 @@ is not judged here: it may still be starting.
 from __future__ import annotations
 
 import asyncio
-import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from prometheus_client.core import Metric
+
+from healthchecks.http import NoAnswer, http_get
+from healthchecks.metrics import PEER_LOST, PEER_SINCE, PEER_UP
+from healthchecks.watcher import Watcher
 from launcher.contract.exits import GROUP_BROKEN
 from launcher.contract.log import Log
 from launcher.contract.plan import Peer, Probes
+from launcher.contract.stop import Verdict
+
+if TYPE_CHECKING:
+    from aiohttp import ClientSession
 
 
 @dataclass
@@ -32,44 +40,49 @@ class PeerState:
         host = f"[{self.peer.host}]" if ":" in self.peer.host else self.peer.host
         return f"http://{host}:{self.peer.port}/livez"
 
+    @property
+    def up(self) -> bool:
+        """Its latest /livez answered 200."""
+        return self.answered_at is not None and self.failing_since is None
 
-class PeerWatcher:
+    def as_dict(self, now: float) -> dict[str, Any]:
+        since = None if self.answered_at is None else round(now - self.answered_at, 1)
+        return {"host": self.peer.host, "up": self.up, "seconds_since_answer": since, "detail": self.detail}
+
+
+class PeerWatcher(Watcher):
+    name = "peers"
+
     def __init__(
         self,
         probes: Probes,
         interval: float,
         timeout: float,
-        on_lost: Callable[[str], None],
         log: Log,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.states = [PeerState(peer) for peer in probes.peers]
         self.lost_after = probes.peer_lost_seconds
-        self.interval, self.timeout, self.on_lost, self.log, self.clock = (
-            interval,
-            timeout,
-            on_lost,
-            log,
-            clock,
-        )
+        self.interval, self.timeout, self.log, self.clock = interval, timeout, log, clock
+        self.lost_peer: PeerState | None = None  # the first one found lost
+        self.verdict: str | None = None  # ... and why
 
-    async def run(self) -> None:
-        """Until a peer is lost (then `on_lost` is called once) or the task is cancelled."""
+    async def run(self) -> Verdict:
+        """Until a peer is lost (the verdict) or the task is cancelled."""
         import aiohttp
 
-        timeout = aiohttp.ClientTimeout(total=self.timeout)
         connector = aiohttp.TCPConnector(force_close=True, use_dns_cache=False)  # a recreated pod: new IP
-        async with aiohttp.ClientSession(timeout=timeout, connector=connector) as session:
+        async with aiohttp.ClientSession(connector=connector) as session:
             while True:
                 await asyncio.gather(*(self.check(session, state) for state in self.states))
-                reason = self.lost()
-                if reason is not None:
-                    self.log.error("group member lost", reason=reason)
-                    self.on_lost(reason)
-                    return
+                self.lost_peer = self.lost()
+                if self.lost_peer is not None:
+                    self.verdict = self.why_lost(self.lost_peer)
+                    self.log.error("group member lost", reason=self.verdict)
+                    return Verdict(self.verdict, GROUP_BROKEN.number)
                 await asyncio.sleep(self.interval)
 
-    async def check(self, session: Any, state: PeerState) -> None:
+    async def check(self, session: ClientSession, state: PeerState) -> None:
         ok, detail = await self._ask(session, state)
         now = self.clock()
         state.detail = detail
@@ -81,28 +94,48 @@ class PeerWatcher:
             state.failing_since = now
             self.log.warning("group member fails", peer=state.peer.name, host=state.peer.host, detail=detail)
 
-    def lost(self) -> str | None:
-        """Why the group is broken, or None."""
+    def lost(self) -> PeerState | None:
+        """The first peer that failed for `lost_after` after it had answered, or None."""
+        now = self.clock()
+        return next(
+            (
+                s
+                for s in self.states
+                if s.failing_since is not None and now - s.failing_since >= self.lost_after
+            ),
+            None,
+        )
+
+    def why_lost(self, state: PeerState) -> str:
+        assert state.failing_since is not None
+        return GROUP_BROKEN.says(
+            peer=f"{state.peer.name} ({state.peer.host})",
+            detail=f"its launcher has not answered /livez for {self.clock() - state.failing_since:.1f} s "
+            f"({state.detail})",
+        )
+
+    async def _ask(self, session: ClientSession, state: PeerState) -> tuple[bool, str]:
+        try:
+            status, _ = await http_get(session, state.url, self.timeout)
+        except NoAnswer as exc:
+            return False, str(exc)
+        return status == 200, f"/livez {status}"
+
+    # -------------------------------------------------------------- the watcher protocol
+    def not_live(self) -> str | None:
+        return self.verdict
+
+    def details(self) -> dict[str, Any]:
+        now = self.clock()
+        return {s.peer.name: s.as_dict(now) for s in self.states}
+
+    def metrics(self) -> Iterator[Metric]:
+        up, since, lost = PEER_UP.family(), PEER_SINCE.family(), PEER_LOST.family()
         now = self.clock()
         for state in self.states:
-            if state.failing_since is not None and now - state.failing_since >= self.lost_after:
-                return GROUP_BROKEN.says(
-                    peer=f"{state.peer.name} ({state.peer.host})",
-                    detail=f"its launcher has not answered /livez for {now - state.failing_since:.1f} s "
-                    f"({state.detail})",
-                )
-        return None
-
-    async def _ask(self, session: Any, state: PeerState) -> tuple[bool, str]:
-        import aiohttp
-
-        try:
-            async with session.get(state.url) as reply:
-                return reply.status == 200, f"/livez {reply.status}"
-        except asyncio.TimeoutError:
-            return False, f"no answer within {self.timeout:g} s"
-        except aiohttp.ClientConnectorError as exc:
-            error = exc.os_error
-            return False, os.strerror(error.errno) if error.errno else str(error)
-        except aiohttp.ClientError as exc:
-            return False, f"{type(exc).__name__}: {exc}"
+            name = [state.peer.name]
+            up.add_metric(name, float(state.up))
+            if state.answered_at is not None:
+                since.add_metric(name, now - state.answered_at)
+            lost.add_metric(name, float(state is self.lost_peer))
+        yield from (up, since, lost)

@@ -18,6 +18,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from healthchecks.kvevents.watcher import KvEventWatcher
 from healthchecks.metrics import build_registry
 from healthchecks.state import Answer, PodHealth
 from launcher.contract.errors import ConfigError
@@ -56,19 +57,10 @@ _REQUEST_ERRORS.propagate = False
 
 class ProbeServer:
     """`holder_of(port)` names the process that holds a port, for the error when ours is taken: the
-    runtime's process-table scan (launcher/supervise/preflight.py), handed in so the probes need none.
-    `kv_token_ids`: /kvevents shows recent prompts' token ids (LLMD_KV_EVENTS_TOKEN_IDS)."""
+    runtime's process-table scan (launcher/supervise/preflight.py), handed in so the probes need none."""
 
-    def __init__(
-        self,
-        health: PodHealth,
-        host: str,
-        port: int,
-        holder_of: Callable[[int], str],
-        kv_token_ids: bool = False,
-    ) -> None:
+    def __init__(self, health: PodHealth, host: str, port: int, holder_of: Callable[[int], str]) -> None:
         self.health, self.host, self.port, self.holder_of = health, host, port, holder_of
-        self.kv_token_ids = kv_token_ids
         self.registry, self._latency = build_registry(health)
         app = web.Application(middlewares=[_http_1_only])
         app.router.add_get("/livez", self._probe("livez", health.liveness))
@@ -120,11 +112,10 @@ class ProbeServer:
 
     async def _kv_events(self, _: web.Request) -> web.Response:
         """What the KV-event watcher saw, per rank, and the latest BlockStored events (for people)."""
-        watcher = self.health.kv_events
+        watcher = self.health.watcher(KvEventWatcher.name)
         if watcher is None:
             return web.json_response({"watching": False}, status=404)
-        shown = watcher.state.as_dict(time.monotonic(), token_ids=self.kv_token_ids)
-        return web.json_response({"watching": True, **shown})
+        return web.json_response({"watching": True, **watcher.details()})
 
     async def _metrics(self, _: web.Request) -> web.Response:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

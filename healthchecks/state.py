@@ -11,13 +11,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from healthchecks.progress import StartupProgress
+from launcher.contract.lifecycle import Lifecycle
 from launcher.contract.phases import LOADING_WEIGHTS, PREFLIGHT, STARTED, STARTING, STOPPING
-from launcher.contract.plan import Check, EventsFlowing, Probes, ProcessSpec
+from launcher.contract.plan import Check, HttpCheck, Probes, ProcessSpec, TcpCheck
 from launcher.contract.stop import Failed, Running, StopRequested, StopState
 
 if TYPE_CHECKING:
-    from healthchecks.forward import ForwardWatcher
-    from healthchecks.kvevents.watcher import KvEventWatcher
+    from healthchecks.watcher import Watcher
 
 
 class ProcessView(Protocol):
@@ -35,6 +35,8 @@ class ProcessView(Protocol):
     def last_exit(self) -> int | None: ...
     @property
     def restarts(self) -> int: ...
+    @property
+    def lifecycle(self) -> Lifecycle: ...
 
 
 class ProcessTable(Protocol):
@@ -71,9 +73,8 @@ class PodHealth:
         self.results: dict[str, CheckResult] = {}
         self.progress = StartupProgress(probes.progress)
         self.supervisor: ProcessTable | None = None
-        self.kv_events: KvEventWatcher | None = None  # when the plan publishes KV events
+        self.watchers: tuple[Watcher, ...] = ()  # healthchecks/pod_watchers.py, once the plan is final
         self.dropped_lines: Callable[[], int] = lambda: 0  # output lines a slow log reader cost
-        self.forward: ForwardWatcher | None = None  # when the plan watches the engine's progress
         self.flag_catalog: dict[str, object] | None = None  # which catalogue checked the flags, vs installed
 
     # ------------------------------------------------------------------ written by the launcher
@@ -115,6 +116,9 @@ class PodHealth:
         unique = {c.name: c for c in (*self.probes.ready, self.probes.started)}
         return tuple(unique.values())
 
+    def watcher(self, name: str) -> Watcher | None:
+        return next((w for w in self.watchers if w.name == name), None)
+
     def process(self, name: str) -> ProcessView | None:
         return None if self.supervisor is None else self.supervisor.process(name)
 
@@ -126,8 +130,9 @@ class PodHealth:
             return False, f"{check.process} is not running (last exit {state.last_exit})"
         if check.request is None:
             return True, f"{check.process} is running (pid {state.pid})"
-        if isinstance(check.request, EventsFlowing):
-            return self.kv_events.flowing() if self.kv_events is not None else (False, "no KV-event watcher")
+        if not isinstance(check.request, (HttpCheck, TcpCheck)):  # a watcher's (e.g. KV events flowing)
+            answers = (a for w in self.watchers if (a := w.answer(check)) is not None)
+            return next(answers, (False, f"no watcher answers {check.name}"))
         result = self.results.get(check.name)
         if result is None or result.pid != state.pid:
             return False, "not checked yet"
@@ -138,9 +143,9 @@ class PodHealth:
         if supervisor is None:
             return True, {"live": True, "phase": self.phase}
         stop = supervisor.stop
-        forward = self.forward
-        if forward is not None and forward.stalled is not None:  # before the supervisor acts on it
-            return False, {"live": False, "reason": forward.stalled, "forward": forward.as_dict()}
+        for watcher in self.watchers:  # a verdict shows at once, before the supervisor acts on it
+            if (reason := watcher.not_live()) is not None:
+                return False, {"live": False, "reason": reason, watcher.name: watcher.details()}
         if isinstance(stop, Failed):
             return False, {"live": False, "reason": stop.reason}
         if not isinstance(stop, StopRequested):

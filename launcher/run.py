@@ -1,4 +1,5 @@
-"""`llm-d-launcher run`, the pod's ENTRYPOINT: settings -> leader IP -> plan -> preflight -> supervisor.
+"""`llm-d-launcher run`, the pod's ENTRYPOINT: settings -> plan -> prepare (leader IP, preflight) ->
+watchers + supervisor -> stop.
 
 Nothing is spawned until every check passed. Whatever ends the pod, the exit code says how (the
 engine's own code, 128+N for signal N, 2 for bad input) and, when it is not 0, the termination
@@ -7,8 +8,10 @@ message says why, root cause first.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -16,19 +19,22 @@ from launcher import early
 from launcher.config.defaults import TERMINATION_LOG
 from launcher.contract.addresses import is_ip
 from launcher.contract.errors import ConfigError, Problem
-from launcher.contract.exits import GROUP_BROKEN, INTERNAL_ERROR, STALLED, STARTUP_DEADLINE, signal_name
+from launcher.contract.exits import INTERNAL_ERROR, STARTUP_DEADLINE, signal_name
 from launcher.contract.plan import Plan
 from launcher.contract.redact import Scrubber, secret_values
 from launcher.supervise.outcome import TERMINATION_LIMIT, Outcome
 
 if TYPE_CHECKING:
+    import asyncio
+
     from healthchecks.state import PodHealth
+    from healthchecks.watcher import Watcher
     from launcher.config.recipe import Recipe
     from launcher.config.settings import Settings
     from launcher.contract.log import Log
     from launcher.supervise.host import HostReport
     from launcher.supervise.logs import ChildOutput
-    from launcher.supervise.supervisor import Supervisor
+    from launcher.supervise.supervisor import Event, Supervisor
 
 
 def run(cli_settings: dict[str, Any]) -> int:
@@ -95,18 +101,47 @@ def _supervise(settings: Settings, recipe: Recipe, plan: Plan, scrub: Scrubber) 
 
 
 async def _run(settings: Settings, recipe: Recipe, plan: Plan, log: Log, output: ChildOutput) -> Outcome:
+    """The phases: prepare (leader, preflight), start the watchers, supervise, stop."""
     import asyncio
-    import contextlib
-    import gc
 
-    from healthchecks.checks import CheckRunner
+    from healthchecks.pod_watchers import build_watchers
     from healthchecks.server import ProbeServer
     from healthchecks.state import PodHealth
     from launcher.supervise.preflight import listener_of
-    from launcher.supervise.supervisor import Event, SignalReceived, Supervisor, SupervisorConfig
+    from launcher.supervise.supervisor import Supervisor, SupervisorConfig
+
+    output.attach(asyncio.get_running_loop())  # from now on a stalled log reader cannot block the loop
+    events = _signal_events(log)
+    # The probes answer from the first moment: a pod waiting for its leader is alive, not started.
+    health = PodHealth(plan.probes)
+    health.dropped_lines = lambda: output.dropped  # read at scrape time
+    server = ProbeServer(health, settings.probe_host, settings.probe_port, listener_of)
+    await server.start()
+    try:
+        prepared = await _prepare_in_time(settings, recipe, plan, log, health, events)
+        if isinstance(prepared, Outcome):  # a signal or the start-up deadline came first
+            return prepared
+        health.use_plan(prepared.probes)
+        _freeze_heap()
+        supervisor = Supervisor(
+            prepared, SupervisorConfig.from_settings(settings), events, output, log, on_line=health.on_line
+        )
+        health.attach(supervisor)
+        health.watchers = build_watchers(prepared, health, settings, log)
+        async with _watching(health.watchers, supervisor):
+            return await supervisor.run()
+    finally:
+        await server.stop()
+        output.detach()
+
+
+def _signal_events(log: Log) -> asyncio.Queue[Event]:
+    """The supervisor's event queue, fed by the stop signals (those that came early included)."""
+    import asyncio
+
+    from launcher.supervise.supervisor import SignalReceived
 
     loop = asyncio.get_running_loop()
-    output.attach(loop)  # from now on a stalled log reader cannot block the loop
     events: asyncio.Queue[Event] = asyncio.Queue()
     for sig in early.STOP:
         loop.add_signal_handler(sig, events.put_nowait, SignalReceived(sig))
@@ -115,148 +150,99 @@ async def _run(settings: Settings, recipe: Recipe, plan: Plan, log: Log, output:
     for signum in early.RECEIVED:
         events.put_nowait(SignalReceived(signum))
     early.RECEIVED.clear()
-    # The probes answer from the first moment: a pod waiting for its leader is alive, not started.
-    health = PodHealth(plan.probes)
-    health.dropped_lines = lambda: output.dropped  # read at scrape time
-    server = ProbeServer(
-        health, settings.probe_host, settings.probe_port, listener_of, settings.kv_events_token_ids
-    )
-    await server.start()
-    try:
-        stage = ["building the plan"]
-        prepare = asyncio.create_task(_prepare(settings, recipe, plan, log, stage, health))
-        first_signal = asyncio.create_task(events.get())
-        startup = plan.probes.startup_seconds
-        await asyncio.wait(
-            {prepare, first_signal},
-            timeout=max(0.0, health.launched_at + startup - health.clock()) if startup > 0 else None,
-            return_when=asyncio.FIRST_COMPLETED,
-        )
-        if not prepare.done() and not first_signal.done():  # the start-up deadline, before any spawn
-            prepare.cancel()
-            first_signal.cancel()
-            return Outcome(
-                STARTUP_DEADLINE.number,
-                _late(startup, f"{health.phase} ({stage[0]}); nothing was started"),
-            )
-        if first_signal.done() and not prepare.done():
-            prepare.cancel()
-            event = first_signal.result()
-            assert isinstance(event, SignalReceived)
-            # Nothing was started, so the stop is complete: exit 0 like any stop that finished in time.
-            reason = (
-                f"stopped by {signal_name(event.signum)} during preflight ({stage[0]}); nothing was started"
-            )
-            return Outcome(0, reason)
-        if first_signal.done():  # both at once: the signal still counts
-            events.put_nowait(first_signal.result())
-        else:
-            first_signal.cancel()
-        plan = prepare.result()  # raises ConfigError
-        health.use_plan(plan.probes)
-        config = SupervisorConfig(
-            bin_path=settings.bin_path,
-            sidecar_restarts=settings.sidecar_restarts,
-            sidecar_restart_window=settings.sidecar_restart_window,
-            restart_backoff=settings.restart_backoff_seconds,
-        )
-        # Everything allocated so far lives until exit: keep it out of the garbage collector's scans,
-        # which would otherwise pause probes and log pass-through for the pod's whole life.
-        gc.collect()
-        gc.freeze()
-        supervisor = Supervisor(plan, config, events, output, log, on_line=health.on_line)
-        health.attach(supervisor)
-        background = [
-            asyncio.create_task(
-                CheckRunner(health, settings.check_interval, settings.check_timeout, log).run()
-            )
-        ]
-        if plan.kv_events is not None:  # subscribed before the engine binds: no early batch is missed
-            from healthchecks.kvevents.watcher import KvEventWatcher
-
-            health.kv_events = KvEventWatcher(plan.kv_events, log)
-            background.append(asyncio.create_task(health.kv_events.run()))
-            if any(s.ipc for s in plan.kv_events.sources):  # IPv6 pod: the router reaches the relay
-                from healthchecks.kvevents.relay import KvEventRelay
-
-                background.append(asyncio.create_task(KvEventRelay(plan.kv_events, log).run()))
-        if startup > 0:
-            background.append(asyncio.create_task(_startup_deadline(health, startup, supervisor)))
-        if plan.probes.forward is not None:
-            from healthchecks.forward import ForwardWatcher
-            from launcher.contract.phases import STOPPING
-
-            def stalled(reason: str) -> None:
-                supervisor.condemn(reason, STALLED.number)
-
-            health.forward = ForwardWatcher(
-                plan.probes.forward,
-                lambda: health.started_at is not None and health.phase != STOPPING,
-                settings.check_interval,
-                settings.check_timeout,
-                stalled,
-                log,
-            )
-            background.append(asyncio.create_task(health.forward.run()))
-        if plan.probes.peers:
-            from healthchecks.peers import PeerWatcher
-
-            def group_broken(reason: str) -> None:
-                supervisor.condemn(reason, GROUP_BROKEN.number)
-
-            watcher = PeerWatcher(
-                plan.probes, settings.check_interval, settings.check_timeout, group_broken, log
-            )
-            background.append(asyncio.create_task(watcher.run()))
-        try:
-            return await supervisor.run()
-        finally:
-            for task in background:
-                task.cancel()
-            for task in background:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-    finally:
-        await server.stop()
-        output.detach()
+    return events
 
 
 def _ignored(log: Log, signum: int) -> None:
-
     log.warning("ignoring signal", signal=signal_name(signum))
 
 
-async def _startup_deadline(health: PodHealth, seconds: float, supervisor: Supervisor) -> None:
-    """Ends the pod when start-up has not ended `seconds` after launch, naming where it is stuck: the
-    kubelet's startup probe would end it a little later, saying only that a probe failed."""
+def _freeze_heap() -> None:
+    """Everything allocated so far lives until exit: keep it out of the garbage collector's scans,
+    which would otherwise pause probes and log pass-through for the pod's whole life."""
+    import gc
+
+    gc.collect()
+    gc.freeze()
+
+
+async def _prepare_in_time(
+    settings: Settings, recipe: Recipe, plan: Plan, log: Log, health: PodHealth, events: asyncio.Queue[Event]
+) -> Plan | Outcome:
+    """The prepared plan; or, when a stop signal or the start-up deadline comes first, how the pod
+    ended (nothing was started)."""
     import asyncio
 
-    await asyncio.sleep(max(0.0, health.launched_at + seconds - health.clock()))
-    if health.started_at is None:
-        supervisor.condemn(_late(seconds, health.stuck_in()), STARTUP_DEADLINE.number)
+    from healthchecks.deadline import late
+    from launcher.supervise.supervisor import SignalReceived
+
+    stage = ["building the plan"]
+    prepare = asyncio.create_task(_prepare(settings, recipe, plan, log, stage, health))
+    first_signal = asyncio.create_task(events.get())
+    startup = health.probes.startup_seconds
+    await asyncio.wait(
+        {prepare, first_signal},
+        timeout=max(0.0, health.launched_at + startup - health.clock()) if startup > 0 else None,
+        return_when=asyncio.FIRST_COMPLETED,
+    )
+    if not prepare.done() and not first_signal.done():  # the start-up deadline, before any spawn
+        prepare.cancel()
+        first_signal.cancel()
+        return Outcome(
+            STARTUP_DEADLINE.number, late(startup, f"{health.phase} ({stage[0]}); nothing was started")
+        )
+    if first_signal.done() and not prepare.done():
+        prepare.cancel()
+        event = first_signal.result()
+        assert isinstance(event, SignalReceived)
+        # Nothing was started, so the stop is complete: exit 0 like any stop that finished in time.
+        return Outcome(
+            0, f"stopped by {signal_name(event.signum)} during preflight ({stage[0]}); nothing was started"
+        )
+    if first_signal.done():  # both at once: the signal still counts
+        events.put_nowait(first_signal.result())
+    else:
+        first_signal.cancel()
+    return prepare.result()  # raises ConfigError
 
 
-def _late(seconds: float, where: str) -> str:
-    return STARTUP_DEADLINE.says(seconds=seconds, where=where)
+@contextlib.asynccontextmanager
+async def _watching(watchers: Sequence[Watcher], supervisor: Supervisor) -> AsyncIterator[None]:
+    """Each watcher runs as a task while the supervisor does; a verdict it returns ends the pod."""
+    import asyncio
+
+    async def watch(watcher: Watcher) -> None:
+        verdict = await watcher.run()
+        if verdict is not None:
+            supervisor.condemn(verdict)
+
+    tasks = [asyncio.create_task(watch(w), name=f"watcher {w.name}") for w in watchers]
+    try:
+        yield
+    finally:
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
 
 async def _prepare(
     settings: Settings, recipe: Recipe, plan: Plan, log: Log, stage: list[str], health: PodHealth
 ) -> Plan:
-    """The plan as the pod will run it: the leader's name replaced by its IP, every check passed."""
+    """The plan as the pod will run it: what only the pod knows filled in (roles.build_plan with
+    FoundInPod: the leader's IP, the interface that holds POD_IP), every check passed."""
     from launcher.contract.phases import PREFLIGHT, WAITING_FOR_LEADER
     from launcher.supervise.preflight import resolve_leader, run_preflight
-    from roles import build_plan
+    from roles import FoundInPod, build_plan
 
+    found = FoundInPod()
     leader = plan.role.leader_address
     if leader and plan.role.group_size > 1 and not is_ip(leader):
         stage[0] = f"resolving LWS_LEADER_ADDRESS {leader}"
         health.set_phase(WAITING_FOR_LEADER)
-        ip = await resolve_leader(leader, settings.leader_wait_seconds, log)
-        resolved = build_plan(settings.model_copy(update={"leader_address": ip}), recipe)
-        # Peers stay watched by DNS name: a recreated pod keeps its name, not its IP, and the workers'
-        # names follow only from the leader's name.
-        plan = replace(resolved, probes=replace(resolved.probes, peers=plan.probes.peers))
+        found = FoundInPod(leader_ip=await resolve_leader(leader, settings.leader_wait_seconds, log))
+        plan = build_plan(settings, recipe, found=found)  # preflight checks the route to that IP
     if plan.placeholders:
         raise ConfigError([_unknown(name) for name in plan.placeholders])
     stage[0] = "checking model, binaries, ports and files"
@@ -268,7 +254,9 @@ async def _prepare(
         shm_dir=settings.shm_dir,
         log=log,
     )
-    plan = _with_host_facts(plan, host, log, health)
+    if host.ifname:
+        plan = build_plan(settings, recipe, found=replace(found, interface=host.ifname))
+    _log_host_facts(plan, host, log, health)
     log.info(
         "plan ready",
         recipe=plan.recipe,
@@ -279,12 +267,9 @@ async def _prepare(
     return plan
 
 
-def _with_host_facts(plan: Plan, host: HostReport, log: Log, health: PodHealth) -> Plan:
-    """What only the pod knows: the interface that holds POD_IP, the engine version installed."""
-    from roles.needs import fill_interface
-
+def _log_host_facts(plan: Plan, host: HostReport, log: Log, health: PodHealth) -> None:
+    """What preflight found about the host: the interface that holds POD_IP, the engine installed."""
     if host.ifname:
-        plan = fill_interface(plan, host.ifname)
         derived = {d.name: d.source for d in plan.needs.derived_env}
         env = plan.engine.env
         log.info(
@@ -293,7 +278,6 @@ def _with_host_facts(plan: Plan, host: HostReport, log: Log, health: PodHealth) 
     if host.engine is not None:
         health.flag_catalog = host.engine.as_dict()
         log.info("flag catalogue", **host.engine.as_dict())
-    return plan
 
 
 def _unknown(name: str) -> Problem:

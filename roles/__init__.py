@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from launcher.config.recipe import Pool, Recipe
 from launcher.config.settings import Settings
@@ -15,9 +15,28 @@ from roles.derive import derive_role
 _REFERENCE = re.compile(r"\$\(\w+\)|\$\{\w+\}")  # $(VAR) or ${VAR}: a name, not the secret itself
 
 
-def build_plan(settings: Settings, recipe: Recipe, group_member: int | None = None) -> Plan:
-    """This pod's plan; with `group_member`, the plan of that pod of its LWS group."""
-    derived = derive_role(settings, recipe, group_member)
+@dataclass(frozen=True)
+class FoundInPod:
+    """What only the running pod can find out; the dry-run shows a DNS name or a placeholder instead."""
+
+    leader_ip: str | None = None  # LWS_LEADER_ADDRESS resolved (ZMQ and NCCL want an IP)
+    interface: str | None = None  # the network interface that holds POD_IP (preflight finds it)
+
+
+NOTHING_FOUND = FoundInPod()
+
+
+def build_plan(
+    settings: Settings, recipe: Recipe, group_member: int | None = None, found: FoundInPod = NOTHING_FOUND
+) -> Plan:
+    """This pod's plan; with `group_member`, the plan of that pod of its LWS group. `found`: what the
+    pod found out at run time, filled in here, in one place (launcher/run.py passes it)."""
+    in_pod = (
+        settings
+        if found.leader_ip is None
+        else settings.model_copy(update={"leader_address": found.leader_ip})
+    )
+    derived = derive_role(in_pod, recipe, group_member)
     ctx = BuildContext(
         recipe=recipe,
         recipe_source=settings.recipe_source,
@@ -30,17 +49,19 @@ def build_plan(settings: Settings, recipe: Recipe, group_member: int | None = No
         check_flags=settings.check_flags,
         probe_port=settings.probe_port,
         peer_lost_seconds=settings.peer_lost_seconds,
+        leader_name=settings.leader_address,
         stall_seconds=settings.stall_seconds,
         canary_seconds=settings.canary_seconds,
         startup_seconds=settings.startup_seconds,
     )
     from roles.engines import family_of
-    from roles.needs import with_host_needs
+    from roles.needs import fill_interface, with_host_needs
 
     family = family_of(derived.pool)
     plan = family.build(ctx, derived.pool)
     plan = replace(plan, notes=(*plan.notes, *_input_notes(settings, recipe, derived.pool, ctx.shutdown)))
-    return with_host_needs(plan, family, derived.pool, derived.role.pool, derived.pod.pod_ip)
+    plan = with_host_needs(plan, family, derived.pool, derived.role.pool, derived.pod.pod_ip)
+    return plan if found.interface is None else fill_interface(plan, found.interface)
 
 
 def _input_notes(settings: Settings, recipe: Recipe, pool: Pool, shutdown: ShutdownBudget) -> list[str]:

@@ -30,6 +30,8 @@ EXTRA_ARGS = "LLMD_EXTRA_ARGS"
 
 @dataclass(frozen=True)
 class BuildContext:
+    """No defaults: every value comes from the settings (roles/__init__.py build_plan), which declare them."""
+
     recipe: Recipe
     recipe_source: RecipeSource
     role: Role
@@ -38,12 +40,13 @@ class BuildContext:
     extra_args: str
     extra_env: Mapping[str, str]
     shutdown: ShutdownBudget
-    probe_port: int = PROBE_PORT  # the launcher's own probe server
-    peer_lost_seconds: float = 0.0  # how long a peer pod may stop answering before this pod ends
-    check_flags: bool = True  # against the engine's flag catalogue (roles/flags.py)
-    stall_seconds: float = 0.0  # token counters still this long: canary (0: no forward-progress watch)
-    canary_seconds: float = 20.0
-    startup_seconds: float = 0.0  # the launcher's start-up deadline (0: none)
+    probe_port: int  # the launcher's own probe server
+    peer_lost_seconds: float  # how long a peer pod may stop answering before this pod ends
+    leader_name: str | None  # LWS_LEADER_ADDRESS as given: peers are watched by name, not by IP
+    check_flags: bool  # against the engine's flag catalogue (roles/flags.py)
+    stall_seconds: float  # token counters still this long: canary (0: no forward-progress watch)
+    canary_seconds: float
+    startup_seconds: float  # the launcher's start-up deadline (0: none)
 
     @property
     def pool_name(self) -> str:
@@ -152,6 +155,7 @@ class BuildContext:
                 progress,
                 kv_events is not None and (kv_events.readiness or kv_events.block_size_readiness),
                 self.peer_lost_seconds,
+                self.leader_name,
                 forward,
                 self.startup_seconds,
             ),

@@ -45,13 +45,15 @@ def build_probes(
     progress: StartupOutput | None = None,
     events_flowing: bool = False,
     peer_lost_seconds: float = 0.0,
+    leader_name: str | None = None,
     forward: ProgressWatch | None = None,
     startup_seconds: float = 0.0,
 ) -> Probes:
     """events_flowing: the recipe asked for "KV events flowing once a request was served" as well.
-    peer_lost_seconds: 0 watches no peer. forward: the engine's progress watch, were it serving."""
+    peer_lost_seconds: 0 watches no peer; leader_name: the leader as LWS names it (peers are watched
+    by DNS name: a recreated pod keeps its name, not its IP). forward: the engine's progress watch."""
     engine = processes[0]
-    peers = group_peers(role, port) if peer_lost_seconds > 0 else ()
+    peers = group_peers(role, port, leader_name) if peer_lost_seconds > 0 else ()
     if role.kind is RoleKind.WORKER and leader_port is not None:
         leader = Check(
             "leader", engine.name, TcpCheck(role.leader_address or LEADER_PLACEHOLDER, leader_port)
@@ -85,10 +87,9 @@ def build_probes(
     )
 
 
-def group_peers(role: Role, port: int) -> tuple[Peer, ...]:
+def group_peers(role: Role, port: int, leader: str | None) -> tuple[Peer, ...]:
     """The pods of this pod's group it watches: a worker its leader; the leader its workers, whose
     names follow from the leader's DNS name (none when the leader is given as an IP)."""
-    leader = role.leader_address
     if role.group_size < 2 or role.kind is RoleKind.SERVICE or not leader or leader == LEADER_PLACEHOLDER:
         return ()
     if role.worker_index > 0:

@@ -8,6 +8,7 @@ import os
 from typing import TYPE_CHECKING
 
 from healthchecks.kvevents.wire import END_SEQ, REPLAY_TIMEOUT
+from healthchecks.watcher import Watcher
 from launcher.contract.log import Log
 from launcher.contract.plan import KvEventsWatch
 
@@ -15,12 +16,14 @@ if TYPE_CHECKING:
     import zmq.asyncio
 
 
-class KvEventRelay:
+class KvEventRelay(Watcher):
     """IPv6 pods: vLLM 0.32.0 binds tcp://*:N without zmq.IPV6 (vllm/distributed/kv_events.py `_bind`),
     so it listens on IPv4 only and the router could never subscribe. The engine publishes on ipc://
     instead; this relays each rank on a dual-stack tcp://*:port, frames untouched, and answers replay
     requests on tcp://*:replay_port by asking the engine's ROUTER for the caller (vLLM's ROUTER wants
     exactly [identity, "", start], so a plain ROUTER-DEALER proxy's extra envelope would be refused)."""
+
+    name = "kv-event-relay"
 
     def __init__(self, watch: KvEventsWatch, log: Log) -> None:
         self.sources = [s for s in watch.sources if s.ipc]

@@ -9,19 +9,22 @@ import asyncio
 import contextlib
 import time
 from collections import Counter, deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from healthchecks.engine_metrics import read_counters
 from healthchecks.kvevents.sequence import Gap, Seen, SequenceTracker
 from healthchecks.kvevents.wire import END_SEQ, REPLAY_TIMEOUT, Batch, BlockStored, Malformed, decode
+from healthchecks.watcher import Watcher
 from launcher.contract.log import Log
-from launcher.contract.plan import KvEventSource, KvEventsWatch
+from launcher.contract.plan import Check, EventsFlowing, KvEventSource, KvEventsWatch
 
 if TYPE_CHECKING:
     import aiohttp
     import zmq
     import zmq.asyncio
+    from prometheus_client.core import Metric
 
 DRAIN_BATCH = 1000  # messages handled per wake-up before yielding to the loop
 COALESCE = 0.05  # seconds: while a publisher is busy its batches are read in bursts, one wake-up each
@@ -102,14 +105,21 @@ def _stored_dict(rank: int, seq: int, event: BlockStored, token_ids: bool) -> di
     return shown
 
 
-class KvEventWatcher:
+class KvEventWatcher(Watcher):
+    name = "kv-events"
     _ctx: zmq.Context[zmq.Socket[bytes]]  # from run() on
 
     def __init__(
-        self, watch: KvEventsWatch, log: Log, host: str = "127.0.0.1", state: WatcherState | None = None
+        self,
+        watch: KvEventsWatch,
+        log: Log,
+        host: str = "127.0.0.1",
+        state: WatcherState | None = None,
+        token_ids: bool = False,
     ) -> None:
-        """state: carry on from an earlier watcher's counts and sequence numbers (a restart)."""
-        self.watch, self.log, self.host = watch, log, host
+        """state: carry on from an earlier watcher's counts and sequence numbers (a restart).
+        token_ids: /kvevents shows recent prompts' token ids (LLMD_KV_EVENTS_TOKEN_IDS)."""
+        self.watch, self.log, self.host, self.token_ids = watch, log, host, token_ids
         self.state = state or WatcherState({s.rank: RankStats(s) for s in watch.sources})
         self._sockets: list[zmq.Socket[bytes]] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -299,8 +309,7 @@ class KvEventWatcher:
 
         every = max(1.0, self.watch.silence_seconds / 4)
         served: dict[int, float] = {}
-        timeout = aiohttp.ClientTimeout(total=5)
-        async with aiohttp.ClientSession(timeout=timeout) as session:
+        async with aiohttp.ClientSession() as session:
             while True:
                 await asyncio.sleep(every)
                 for stats in self.state.ranks.values():
@@ -348,23 +357,24 @@ class KvEventWatcher:
             self._logged.add(key)
             self.log.warning(message + " (logged once)", **fields)
 
+    # -------------------------------------------------------------- the watcher protocol
+    def answer(self, check: Check) -> tuple[bool, str] | None:
+        return self.flowing() if isinstance(check.request, EventsFlowing) else None
+
+    def details(self) -> dict[str, Any]:
+        return self.state.as_dict(time.monotonic(), token_ids=self.token_ids)
+
+    def metrics(self) -> Iterable[Metric]:
+        from healthchecks.kv_metrics import kv_event_metrics
+
+        return kv_event_metrics(self.state)
+
 
 async def _requests_served(
     session: aiohttp.ClientSession, host: str, port: int, families: Sequence[str]
 ) -> float | None:
     """Requests this rank finished or is running (the sum of the plan's served-request families on
     the engine's /metrics); None when it does not answer."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    try:
-        async with session.get(f"http://{host}:{port}/metrics") as reply:
-            if reply.status != 200:
-                return None
-            text = await reply.text()
-    except Exception:
-        return None
-    total = 0.0
-    for family in text_string_to_metric_families(text):
-        if family.name.removesuffix("_total") in families:
-            total += sum(sample.value for sample in family.samples if not sample.name.endswith("_created"))
-    return total
+    samples = tuple(name for family in families for name in (family, family + "_total"))  # counters: _total
+    total, failed = await read_counters(session, host, port, samples, timeout=5)
+    return None if failed is not None else total or 0.0

@@ -116,11 +116,17 @@ def test_recipe_launcher_section_accepts_exactly_the_launcher_keys(run_cli: Any,
 
 
 def test_defaults_read_without_settings_are_the_declared_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
     from healthchecks.probe import _port_from_env
+    from launcher.supervise.supervisor import SupervisorConfig
     from roles.context import BuildContext
 
     assert _port_from_env() == Settings.model_fields["probe_port"].default
-    assert BuildContext.probe_port == Settings.model_fields["probe_port"].default
+    # The plan builders and the supervisor declare no default of their own: the settings' reach them.
+    for config in (BuildContext, SupervisorConfig):
+        defaults = [f.name for f in dataclasses.fields(config) if f.default is not dataclasses.MISSING]
+        assert defaults == [], f"{config.__name__} has defaults of its own: {defaults}"
 
 
 def test_the_exec_probe_does_not_import_the_settings_stack() -> None:

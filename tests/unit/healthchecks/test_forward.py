@@ -10,7 +10,8 @@ from typing import Any
 
 from aiohttp import web
 
-from healthchecks.forward import ForwardWatcher, token_sum
+from healthchecks.engine_metrics import counter_sum
+from healthchecks.forward import ForwardWatcher
 from healthchecks.state import PodHealth
 from launcher.contract.plan import Check, Probes, ProgressSource, ProgressWatch
 from launcher.contract.stop import RUNNING
@@ -68,13 +69,13 @@ def _run(engine: FakeEngine, seconds: float, port: int | None = None, **kw: floa
         real = free_port()
         runner = await _serve(engine, real)
         verdicts: list[str] = []
-        watcher = ForwardWatcher(
-            _watch(port or real, **kw), lambda: True, 0.05, 0.5, verdicts.append, QuietLog()
-        )
+        watcher = ForwardWatcher(_watch(port or real, **kw), lambda: True, 0.05, 0.5, QuietLog())
         began = asyncio.get_running_loop().time()
         task = asyncio.create_task(watcher.run())
         await asyncio.wait({task}, timeout=seconds)
         took = asyncio.get_running_loop().time() - began
+        if task.done():
+            verdicts.append(task.result().reason)
         task.cancel()
         await runner.cleanup()
         return verdicts, took
@@ -95,8 +96,8 @@ def test_token_sum_adds_every_label_set_of_the_counters_only() -> None:
         'vllm:generation_tokens_total{engine="0"} 5.0\nvllm:generation_tokens_total{engine="1"} 2\n'
         "vllm:generation_tokens_created 99\nvllm:prompt_tokens_total 10\n# vllm:prompt_tokens_total 1\n"
     )
-    assert token_sum(text, COUNTERS) == 17.0
-    assert token_sum("vllm:num_requests_running 0\n", COUNTERS) is None
+    assert counter_sum(text, COUNTERS) == 17.0
+    assert counter_sum("vllm:num_requests_running 0\n", COUNTERS) is None
 
 
 def test_a_busy_engine_is_never_canaried() -> None:
@@ -136,9 +137,11 @@ def test_an_api_server_that_stops_answering_is_a_stall() -> None:
 def test_nothing_is_judged_before_start_up_ended() -> None:
     async def scenario() -> list[str]:
         verdicts: list[str] = []
-        watcher = ForwardWatcher(_watch(free_port()), lambda: False, 0.05, 0.5, verdicts.append, QuietLog())
+        watcher = ForwardWatcher(_watch(free_port()), lambda: False, 0.05, 0.5, QuietLog())
         task = asyncio.create_task(watcher.run())
         await asyncio.sleep(1)
+        if task.done():
+            verdicts.append(task.result().reason)
         task.cancel()
         return verdicts
 
@@ -148,8 +151,8 @@ def test_nothing_is_judged_before_start_up_ended() -> None:
 def test_livez_tells_the_stall_with_the_rank_and_the_canarys_outcome() -> None:
     health = PodHealth(Probes(8090, ready=(), started=Check("engine", "engine")))
     health.attach(NoProcesses())
-    watcher = ForwardWatcher(_watch(8000), lambda: True, 1, 1, lambda _: None, QuietLog())
-    health.forward = watcher
+    watcher = ForwardWatcher(_watch(8000), lambda: True, 1, 1, QuietLog())
+    health.watchers = (watcher,)
     live, body = health.liveness()
     assert live and body == {"live": True, "phase": "starting processes"}
     watcher.stalled = "engine stalled: rank 3 (:8000) made no progress for 61 s and its canary timed out"

@@ -11,11 +11,13 @@ from prometheus_client import generate_latest
 from healthchecks.forward import ForwardWatcher
 from healthchecks.kvevents.watcher import KvEventWatcher
 from healthchecks.metrics import METRICS, build_registry
+from healthchecks.peers import PeerWatcher
 from healthchecks.state import PodHealth
 from launcher.contract.plan import (
     Check,
     KvEventSource,
     KvEventsWatch,
+    Peer,
     Probes,
     ProgressSource,
     ProgressWatch,
@@ -24,13 +26,17 @@ from launcher.contract.plan import (
 
 @pytest.fixture
 def health(monkeypatch: pytest.MonkeyPatch) -> PodHealth:
-    """A pod with every optional family present: KV events, forward progress, weight loading."""
+    """A pod with every optional family present: KV events, forward progress, peers, weight loading."""
     probes = Probes(port=9100, ready=(Check("engine", "engine"),), started=Check("engine", "engine"))
     health = PodHealth(probes)
     log = structlog.get_logger()
-    health.kv_events = KvEventWatcher(KvEventsWatch((KvEventSource(0, 5557, None, 8000),), 60.0), log)
     watch = ProgressWatch((ProgressSource("engine", 8000),), ("tokens",), "m", 60.0, 10.0)
-    health.forward = ForwardWatcher(watch, lambda: True, 1.0, 1.0, lambda _: None, log)
+    with_peers = Probes(9100, ready=(), started=Check("e", "e"), peers=(Peer("leader", "10.0.0.1", 9100),))
+    health.watchers = (
+        KvEventWatcher(KvEventsWatch((KvEventSource(0, 5557, None, 8000),), 60.0), log),
+        ForwardWatcher(watch, lambda: True, 1.0, 1.0, log),
+        PeerWatcher(with_peers, 1.0, 1.0, log),
+    )
     monkeypatch.setattr(type(health.progress), "weight_ratio", property(lambda _: 0.5))
     return health
 

@@ -1,0 +1,41 @@
+"""The one reader of an engine's own /metrics (Prometheus text): forward progress sums its token
+counters, the KV-event watcher its served requests. Summing is pure; reading goes through the shared
+HTTP helper."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from healthchecks.http import NoAnswer, http_get
+
+if TYPE_CHECKING:
+    from aiohttp import ClientSession
+
+
+def counter_sum(text: str, names: tuple[str, ...]) -> float | None:
+    """The sum of the named samples over all their label sets; None when none is exposed. Names are
+    sample names (`vllm:request_success_total`), so `_created` samples and comments never count."""
+    total, found = 0.0, False
+    for line in text.splitlines():
+        if line.startswith(names) and line.split("{", 1)[0].split(" ", 1)[0] in names:
+            try:
+                total += float(line.rsplit(" ", 1)[1])
+            except (IndexError, ValueError):
+                continue
+            found = True
+    return total if found else None
+
+
+async def read_counters(
+    session: ClientSession, host: str, port: int, names: tuple[str, ...], timeout: float
+) -> tuple[float | None, str | None]:
+    """(the counters' sum or None when none is exposed, None) when /metrics answers 200;
+    (None, why not) otherwise."""
+    where = f"[{host}]" if ":" in host else host
+    try:
+        status, text = await http_get(session, f"http://{where}:{port}/metrics", timeout, read=True)
+    except NoAnswer as exc:
+        return None, f"GET /metrics: {exc}"
+    if status != 200:
+        return None, f"GET /metrics {status}"
+    return counter_sum(text, names), None

@@ -1,0 +1,46 @@
+"""The KV-event watcher's metric families (healthchecks/kvevents/watcher.py), read from its state at
+scrape time; declared in healthchecks/metrics.py."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+from prometheus_client.core import Metric
+
+from healthchecks.kvevents.watcher import WatcherState
+from healthchecks.kvevents.wire import EVENT_TYPES
+from healthchecks.metrics import (
+    KV_EVENT_BLOCK_SIZE_MISMATCH,
+    KV_EVENT_COUNTERS,
+    KV_EVENT_MALFORMED,
+    KV_EVENT_SILENT,
+    KV_EVENT_SINCE,
+    KV_EVENTS,
+)
+
+
+def kv_event_metrics(state: WatcherState) -> Iterator[Metric]:
+    events = KV_EVENTS.family()
+    counters = {name: spec.family() for name, spec in KV_EVENT_COUNTERS.items()}
+    since, silent = KV_EVENT_SINCE.family(), KV_EVENT_SILENT.family()
+    mismatch = KV_EVENT_BLOCK_SIZE_MISMATCH.family()
+    now = time.monotonic()
+    for number, stats in state.ranks.items():
+        label = [str(number)]
+        for kind in EVENT_TYPES:
+            events.add_metric([str(number), kind], stats.events[kind])
+        for name, value in (
+            ("batches", stats.batches), ("gaps", stats.gaps), ("batches_missed", stats.missed),
+            ("batches_recovered", stats.recovered), ("batches_lost", stats.lost),
+            ("publisher_resets", stats.resets),
+        ):  # fmt: skip
+            counters[name].add_metric(label, value)
+        if stats.last_batch_at is not None:
+            since.add_metric(label, now - stats.last_batch_at)
+        silent.add_metric(label, float(stats.silent))
+        mismatch.add_metric(label, float(stats.block_size_mismatch))
+    malformed = KV_EVENT_MALFORMED.family()
+    for kind, count in state.malformed.items():
+        malformed.add_metric([kind], count)
+    yield from (events, *counters.values(), since, silent, mismatch, malformed)

@@ -1,0 +1,47 @@
+"""The one factory of the pod's watchers: which ones the final plan asks for, each built from it.
+
+Adding a watcher is one module (a Watcher subclass, healthchecks/watcher.py) and one line here.
+"""
+
+from __future__ import annotations
+
+from healthchecks.checks import CheckRunner
+from healthchecks.state import PodHealth
+from healthchecks.watcher import Watcher
+from launcher.config.settings import Settings
+from launcher.contract.log import Log
+from launcher.contract.phases import STOPPING
+from launcher.contract.plan import Plan
+
+
+def build_watchers(plan: Plan, health: PodHealth, settings: Settings, log: Log) -> tuple[Watcher, ...]:
+    """In start order (the KV-event watcher subscribes before the engine binds: no early batch is
+    missed). Intervals and timeouts: LLMD_CHECK_INTERVAL, LLMD_CHECK_TIMEOUT."""
+    probes = plan.probes
+    assert probes is not None
+    watchers: list[Watcher] = [CheckRunner(health, settings.check_interval, settings.check_timeout, log)]
+    if plan.kv_events is not None:
+        from healthchecks.kvevents.relay import KvEventRelay
+        from healthchecks.kvevents.watcher import KvEventWatcher
+
+        watchers.append(KvEventWatcher(plan.kv_events, log, token_ids=settings.kv_events_token_ids))
+        if any(s.ipc for s in plan.kv_events.sources):  # IPv6 pod: the router reaches the relay
+            watchers.append(KvEventRelay(plan.kv_events, log))
+    if probes.startup_seconds > 0:
+        from healthchecks.deadline import StartupDeadline
+
+        watchers.append(StartupDeadline(health, probes.startup_seconds))
+    if probes.forward is not None:
+        from healthchecks.forward import ForwardWatcher
+
+        def serving() -> bool:
+            return health.started_at is not None and health.phase != STOPPING
+
+        watchers.append(
+            ForwardWatcher(probes.forward, serving, settings.check_interval, settings.check_timeout, log)
+        )
+    if probes.peers:
+        from healthchecks.peers import PeerWatcher
+
+        watchers.append(PeerWatcher(probes, settings.check_interval, settings.check_timeout, log))
+    return tuple(watchers)

@@ -1,0 +1,43 @@
+"""The watcher protocol: what every background watcher of the pod offers the probes, /metrics and the
+supervisor. A watcher runs until cancelled or until it finds the pod broken; then `run` returns a
+Verdict that carries how the pod must stop, and run.py hands it to the supervisor.
+
+The pod's watchers are built from the plan by healthchecks/pod_watchers.py; PodHealth and
+healthchecks/metrics.py iterate over them (docs/adding-a-watcher.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+from prometheus_client.core import Metric
+
+from launcher.contract.plan import Check
+from launcher.contract.stop import Verdict
+
+
+class Watcher(Protocol):
+    """Subclass it (the methods below are defaults) and add one line to pod_watchers.build_watchers."""
+
+    name: str  # the key of its details in /livez, and its log name
+
+    async def run(self) -> Verdict | None:
+        """Until cancelled (None), or until the pod must end: the verdict, returned once."""
+        ...
+
+    def not_live(self) -> str | None:
+        """Why /livez must fail now (its verdict, before the supervisor acts on it); None: no objection."""
+        return None
+
+    def answer(self, check: Check) -> tuple[bool, str] | None:
+        """Its answer to a readiness check of the plan it owns (KV events flowing); None: not its check."""
+        return None
+
+    def details(self) -> dict[str, Any]:
+        """What it sees, for people (/livez when it objects, /kvevents)."""
+        return {}
+
+    def metrics(self) -> Iterable[Metric]:
+        """Its metric families, read at scrape time, built from declarations in healthchecks/metrics.py."""
+        return ()
