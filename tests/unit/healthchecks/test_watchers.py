@@ -1,0 +1,178 @@
+"""The watcher protocol end to end, without processes: the factory builds the watchers the plan asks
+for; PodHealth's /livez and /readyz and /metrics come from iterating over them, the peer watcher like
+the others; each process's life-cycle state is on /metrics."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import pytest
+from prometheus_client import generate_latest
+
+from healthchecks.metrics import build_registry
+from healthchecks.peers import PeerWatcher
+from healthchecks.pod_watchers import build_watchers
+from healthchecks.state import PodHealth
+from launcher.config.recipe_file import RecipeSource, load_recipe
+from launcher.config.settings import Settings
+from launcher.contract.exits import GROUP_BROKEN
+from launcher.contract.lifecycle import Lifecycle
+from launcher.contract.plan import Check, EventsFlowing, Peer, Probes, ProcessSpec
+from launcher.contract.stop import RUNNING, StopState
+from roles import build_plan
+from tests.ports import free_port
+from tests.unit.healthchecks.loopback import QuietLog
+from tests.unit.healthchecks.test_peers import _serve
+from tests.unit.roles.test_golden_kimi import PREFILL_LEADER
+
+KIMI = load_recipe(RecipeSource("kimi-k3.1-pro", None))
+
+
+def _prefill_leader(**settings: Any) -> Settings:
+    return Settings(
+        leader_address=PREFILL_LEADER,
+        group_size=2,
+        worker_index=0,
+        pod_ip="10.64.1.10",
+        pool="prefill",
+        **settings,
+    )
+
+
+@dataclass
+class Row:
+    spec: ProcessSpec
+    lifecycle: Lifecycle
+    pid: int | None = 100
+    running: bool = True
+    last_exit: int | None = None
+    restarts: int = 0
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+
+@dataclass
+class Table:
+    processes: list[Row] = field(default_factory=list)
+    stop: StopState = RUNNING
+
+    def process(self, name: str) -> Row | None:
+        return next((p for p in self.processes if p.name == name), None)
+
+
+def _scrape(health: PodHealth) -> str:
+    registry, _ = build_registry(health)
+    return generate_latest(registry).decode()
+
+
+# ------------------------------------------------------------------ the factory
+def test_the_factory_builds_every_watcher_the_plan_asks_for() -> None:
+    plan = build_plan(_prefill_leader(), KIMI)
+    assert plan.probes is not None
+    watchers = build_watchers(plan, PodHealth(plan.probes), _prefill_leader(), QuietLog())
+    assert [w.name for w in watchers] == ["checks", "kv-events", "startup-deadline", "forward", "peers"]
+
+
+def test_the_factory_builds_only_the_check_runner_when_every_watch_is_off() -> None:
+    settings = _prefill_leader(stall_seconds=0, peer_lost_seconds=0, startup_seconds=0)
+    plan = build_plan(settings, KIMI)
+    assert plan.probes is not None and plan.kv_events is not None
+    watchers = build_watchers(replace(plan, kv_events=None), PodHealth(plan.probes), settings, QuietLog())
+    assert [w.name for w in watchers] == ["checks"]
+
+
+def test_the_factory_passes_the_settings_values_on() -> None:
+    settings = _prefill_leader(check_interval=0.7, check_timeout=0.3, peer_lost_seconds=12)
+    plan = build_plan(settings, KIMI)
+    assert plan.probes is not None
+    peers = next(
+        w for w in build_watchers(plan, PodHealth(plan.probes), settings, QuietLog()) if w.name == "peers"
+    )
+    assert isinstance(peers, PeerWatcher)
+    assert (peers.interval, peers.timeout, peers.lost_after) == (0.7, 0.3, 12)
+
+
+# ------------------------------------------------------------------ the peer watcher, like the others
+def _lost_peer_watcher() -> PeerWatcher:
+    """A peer that answered, then went away for good: the watcher's verdict is in."""
+
+    async def scenario() -> PeerWatcher:
+        port = free_port()
+        probes = Probes(
+            8090, ready=(), started=Check("e", "e"), peers=(Peer("worker 1", "127.0.0.1", port),),
+            peer_lost_seconds=0.2,
+        )  # fmt: skip
+        watcher = PeerWatcher(probes, interval=0.05, timeout=0.5, log=QuietLog())
+        runner = await _serve(port, [200])
+        task = asyncio.create_task(watcher.run())
+        await asyncio.sleep(0.2)
+        await runner.cleanup()
+        verdict = await asyncio.wait_for(task, timeout=5)
+        assert verdict.exit_code == GROUP_BROKEN.number
+        return watcher
+
+    return asyncio.run(scenario())
+
+
+def _health(*watchers: PeerWatcher) -> PodHealth:
+    health = PodHealth(Probes(8090, ready=(), started=Check("engine", "engine")))
+    health.attach(Table([Row(ProcessSpec("engine", ("vllm",)), Lifecycle.RUNNING)]))
+    health.watchers = watchers
+    return health
+
+
+def test_a_lost_peer_fails_livez_at_once_naming_it() -> None:
+    """Before the supervisor acts on the verdict (its stop state is still Running)."""
+    live, body = _health(_lost_peer_watcher()).liveness()
+    assert not live
+    assert body["reason"].startswith("group member worker 1 (127.0.0.1) is gone")
+    assert body["peers"]["worker 1"]["up"] is False and "refused" in body["peers"]["worker 1"]["detail"]
+
+
+def test_peers_are_on_metrics_answering_and_lost() -> None:
+    watcher = PeerWatcher(
+        Probes(8090, ready=(), started=Check("e", "e"), peers=(Peer("leader", "10.0.0.1", 8090),)),
+        interval=1, timeout=1, log=QuietLog(),
+    )  # fmt: skip
+    watcher.states[0].answered_at = watcher.clock()
+    text = _scrape(_health(watcher))
+    assert 'llmd_launcher_peer_up{peer="leader"} 1.0' in text
+    assert 'llmd_launcher_peer_lost{peer="leader"} 0.0' in text
+    assert 'llmd_launcher_peer_seconds_since_answer{peer="leader"}' in text
+    text = _scrape(_health(_lost_peer_watcher()))
+    assert 'llmd_launcher_peer_up{peer="worker 1"} 0.0' in text
+    assert 'llmd_launcher_peer_lost{peer="worker 1"} 1.0' in text
+    assert "llmd_launcher_live 0.0" in text
+
+
+# ------------------------------------------------------------------ readiness answered by a watcher
+def test_a_check_no_http_answers_is_asked_of_the_watchers() -> None:
+    check = Check("kv-events", "engine", EventsFlowing())
+
+    class Flowing:
+        name = "kv-events"
+
+        def answer(self, asked: Check) -> tuple[bool, str] | None:
+            return (False, "no KV events from rank(s) [0]") if asked == check else None
+
+    health = _health()
+    assert health.passing(check) == (False, "no watcher answers kv-events")
+    health.watchers = (Flowing(),)  # type: ignore[assignment]
+    assert health.passing(check) == (False, "no KV events from rank(s) [0]")
+
+
+# ------------------------------------------------------------------ life-cycle state per process
+@pytest.mark.parametrize("state", list(Lifecycle))
+def test_each_process_shows_its_life_cycle_state_on_metrics(state: Lifecycle) -> None:
+    health = PodHealth(Probes(8090, ready=(), started=Check("engine", "engine")))
+    health.attach(Table([Row(ProcessSpec("engine", ("vllm",)), Lifecycle.RUNNING),
+                         Row(ProcessSpec("render", ("render",), critical=False), state)]))  # fmt: skip
+    text = _scrape(health)
+    for each in Lifecycle:
+        expected = 1.0 if each is state else 0.0
+        assert f'llmd_launcher_process_state{{process="render",state="{each.value}"}} {expected}' in text
+    assert 'llmd_launcher_process_state{process="engine",state="running"} 1.0' in text
