@@ -2,11 +2,16 @@
 
 - progress.py  start-up phase and weight-loading progress, from the engine's output and the plan (pure)
 - state.py     PodHealth: check results + the supervisor's process table -> probe answers
+- watcher.py   the watcher protocol (run -> Verdict, /livez, readiness answers, details, metrics)
+- pod_watchers.py  the one factory: the pod's watchers, built from the final plan
+- http.py      the one HTTP GET helper: every failure a one-line reason
+- engine_metrics.py  the one reader of an engine's /metrics (token counters, served requests)
 - checks.py    background checks (engine /health, sidecars, leader reachable), each with a timeout
 - metrics.py   Prometheus exposition, llmd_launcher_* names
 - server.py    the aiohttp probe server in the launcher's event loop
 - probe.py     `llm-d-launcher probe live|ready|startup`, for exec probes
-- kvevents/    the KV-event watcher: wire format, sequence tracking, watcher, IPv6 relay
+- kvevents/    the KV-event watcher: wire format, sequence tracking, watcher, its metrics, IPv6 relay
+- deadline.py  the start-up deadline (LLMD_STARTUP_SECONDS)
 - forward.py   forward progress: token counters, a one-token canary when idle, the stall verdict
 - peers.py     the LWS group's other launchers: one lost ends this pod
 """
