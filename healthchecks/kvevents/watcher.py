@@ -365,7 +365,7 @@ class KvEventWatcher(Watcher):
         return self.state.as_dict(time.monotonic(), token_ids=self.token_ids)
 
     def metrics(self) -> Iterable[Metric]:
-        from healthchecks.kv_metrics import kv_event_metrics
+        from healthchecks.kvevents.metrics import kv_event_metrics
 
         return kv_event_metrics(self.state)
 

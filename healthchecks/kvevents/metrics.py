@@ -1,5 +1,5 @@
-"""The KV-event watcher's metric families (healthchecks/kvevents/watcher.py), read from its state at
-scrape time; declared in healthchecks/metrics.py."""
+"""The KV-event watcher's metric families (watcher.py), read from its state at scrape time; declared
+in healthchecks/metrics.py."""
 
 from __future__ import annotations
 
