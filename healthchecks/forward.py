@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import Metric
 
 from healthchecks.engine_metrics import read_counters
-from healthchecks.metrics import FORWARD_CANARIES, FORWARD_SINCE, FORWARD_STALLED
+from healthchecks.metrics import FORWARD_CANARIES, FORWARD_LAST_PROGRESS, FORWARD_STALLED, wall_time
 from healthchecks.watcher import Watcher
 from launcher.contract.exits import STALLED
 from launcher.contract.log import Log
@@ -161,13 +161,14 @@ class ForwardWatcher(Watcher):
         return {s.source.name: s.as_dict(now) for s in self.states}
 
     def metrics(self) -> Iterator[Metric]:
-        since, stalled, canaries = FORWARD_SINCE.family(), FORWARD_STALLED.family(), FORWARD_CANARIES.family()
+        progress, stalled = FORWARD_LAST_PROGRESS.family(), FORWARD_STALLED.family()
+        canaries = FORWARD_CANARIES.family()
         now = self.clock()
         for state in self.states:
             name = [state.source.name]
             if state.progress_at is not None:
-                since.add_metric(name, now - state.progress_at)
+                progress.add_metric(name, wall_time(state.progress_at, now))
             stalled.add_metric(name, float(self.stalled_source == state.source.name))
             for outcome in ("ok", "failed"):
                 canaries.add_metric([state.source.name, outcome], state.canaries[outcome])
-        yield from (since, stalled, canaries)
+        yield from (progress, stalled, canaries)

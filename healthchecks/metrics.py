@@ -7,11 +7,12 @@ from those declarations and docs/reference/metrics.md is generated from them (sc
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from prometheus_client import CollectorRegistry, Histogram
+from prometheus_client import CollectorRegistry, Histogram, ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -33,10 +34,11 @@ class MetricSpec:
     kind: Literal["gauge", "counter", "histogram"]
     help: str
     labels: tuple[str, ...] = ()
+    prefix: str = PREFIX  # "": prometheus-client's own process_* families
 
     @property
     def full_name(self) -> str:
-        return PREFIX + self.name
+        return self.prefix + self.name
 
     @property
     def exposed(self) -> str:
@@ -93,8 +95,8 @@ KV_EVENT_COUNTERS = {
         ("publisher_resets", "times the publisher's sequence restarted from 0"),
     )
 }
-KV_EVENT_SINCE = MetricSpec(
-    "kv_event_seconds_since_last_batch", "gauge", "age of the latest batch", ("rank",)
+KV_EVENT_LAST_BATCH = MetricSpec(
+    "kv_event_last_batch_timestamp_seconds", "gauge", "Unix time the latest batch came", ("rank",)
 )
 KV_EVENT_SILENT = MetricSpec(
     "kv_event_silent", "gauge", "1 while no batch came although requests were served", ("rank",)
@@ -108,10 +110,10 @@ KV_EVENT_BLOCK_SIZE_MISMATCH = MetricSpec(
 KV_EVENT_MALFORMED = MetricSpec(
     "kv_event_malformed", "counter", "messages that could not be decoded, by kind", ("kind",)
 )
-FORWARD_SINCE = MetricSpec(
-    "forward_seconds_since_progress",
+FORWARD_LAST_PROGRESS = MetricSpec(
+    "forward_last_progress_timestamp_seconds",
     "gauge",
-    "seconds since the engine's token counters moved or a canary came back",
+    "Unix time the engine's token counters last moved or a canary came back",
     ("source",),
 )
 FORWARD_STALLED = MetricSpec("forward_stalled", "gauge", "1 once the engine is judged stalled", ("source",))
@@ -119,10 +121,10 @@ FORWARD_CANARIES = MetricSpec(
     "forward_canaries", "counter", "one-token canary requests sent, by outcome", ("source", "outcome")
 )
 PEER_UP = MetricSpec("peer_up", "gauge", "1 while the group member's launcher answers /livez 200", ("peer",))
-PEER_SINCE = MetricSpec(
-    "peer_seconds_since_answer",
+PEER_LAST_ANSWER = MetricSpec(
+    "peer_last_answer_timestamp_seconds",
     "gauge",
-    "seconds since the group member's launcher last answered /livez 200",
+    "Unix time the group member's launcher last answered /livez 200",
     ("peer",),
 )
 PEER_LOST = MetricSpec("peer_lost", "gauge", "1 once the group member is judged gone", ("peer",))
@@ -134,8 +136,37 @@ LOG_LINES_DROPPED = MetricSpec(
 PROBE_DURATION = MetricSpec(
     "probe_duration_seconds", "histogram", "time to answer a probe, inside the launcher", ("endpoint",)
 )
+BUILD_INFO = MetricSpec(
+    "build_info",
+    "gauge",
+    "always 1: what this pod runs (engine_version: as installed, once preflight asked the engine)",
+    ("version", "recipe", "pool", "role", "engine", "engine_version", "catalog_version"),
+)
+STARTUP_DEADLINE = MetricSpec(
+    "startup_deadline_timestamp_seconds",
+    "gauge",
+    "Unix time the launcher ends a start-up still running (LLMD_STARTUP_SECONDS; absent when 0)",
+)
+# prometheus-client's ProcessCollector on the launcher's registry (Linux only): the launcher's own
+# CPU, memory and file descriptors. Help texts are prometheus-client's, checked by the tests.
+LAUNCHER_PROCESS = (
+    MetricSpec("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.", prefix=""),
+    MetricSpec("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", prefix=""),
+    MetricSpec(
+        "process_start_time_seconds",
+        "gauge",
+        "Start time of the process since unix epoch in seconds.",
+        prefix="",
+    ),
+    MetricSpec(
+        "process_cpu_seconds", "counter", "Total user and system CPU time spent in seconds.", prefix=""
+    ),
+    MetricSpec("process_open_fds", "gauge", "Number of open file descriptors.", prefix=""),
+    MetricSpec("process_max_fds", "gauge", "Maximum number of open file descriptors.", prefix=""),
+)
 
 METRICS = (
+    BUILD_INFO,
     PROCESS_UP,
     PROCESS_RESTARTS,
     PROCESS_LAST_EXIT_CODE,
@@ -146,23 +177,31 @@ METRICS = (
     CHECK_DURATION,
     STARTUP_PHASE,
     STARTUP_DURATION,
+    STARTUP_DEADLINE,
     WEIGHT_LOAD_PROGRESS,
     KV_EVENTS,
     *KV_EVENT_COUNTERS.values(),
-    KV_EVENT_SINCE,
+    KV_EVENT_LAST_BATCH,
     KV_EVENT_SILENT,
     KV_EVENT_BLOCK_SIZE_MISMATCH,
     KV_EVENT_MALFORMED,
-    FORWARD_SINCE,
+    FORWARD_LAST_PROGRESS,
     FORWARD_STALLED,
     FORWARD_CANARIES,
     PEER_UP,
-    PEER_SINCE,
+    PEER_LAST_ANSWER,
     PEER_LOST,
     LOG_LINES_DROPPED,
     PROBE_DURATION,
+    *LAUNCHER_PROCESS,
 )
 """Every metric the launcher serves, in the order of docs/reference/metrics.md."""
+
+
+def wall_time(at: float, now: float) -> float:
+    """A monotonic-clock instant as Unix time, for *_timestamp_seconds: `time() - x` in a query then
+    gives its age, and the value does not go stale between scrapes as an age would."""
+    return time.time() - (now - at)
 
 
 class PodCollector(Collector):
@@ -171,6 +210,10 @@ class PodCollector(Collector):
 
     def collect(self) -> Iterator[Metric]:
         health = self.health
+        if health.build is not None:
+            build = BUILD_INFO.family()
+            build.add_metric(health.build.labels(health.engine_version), 1.0)
+            yield build
         yield from self._processes()
         live, _ = health.liveness()
         ready, _ = health.readiness()
@@ -189,6 +232,9 @@ class PodCollector(Collector):
             phase.add_metric([name], float(name == current))
         yield phase
         yield STARTUP_DURATION.value(health.startup_seconds)
+        startup = health.probes.startup_seconds
+        if startup > 0:
+            yield STARTUP_DEADLINE.value(wall_time(health.launched_at + startup, health.clock()))
         ratio = health.progress.weight_ratio
         if ratio is not None:
             yield WEIGHT_LOAD_PROGRESS.value(ratio)
@@ -223,6 +269,9 @@ class PodCollector(Collector):
 def build_registry(health: PodHealth) -> tuple[CollectorRegistry, Histogram]:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(PodCollector(health))
+    ProcessCollector(
+        registry=registry
+    )  # the launcher's own process_* (the issue: a custom registry lacked them)
     probes = Histogram(
         PROBE_DURATION.full_name,
         PROBE_DURATION.help,

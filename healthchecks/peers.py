@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import Metric
 
 from healthchecks.http import NoAnswer, http_get
-from healthchecks.metrics import PEER_LOST, PEER_SINCE, PEER_UP
+from healthchecks.metrics import PEER_LAST_ANSWER, PEER_LOST, PEER_UP, wall_time
 from healthchecks.watcher import Watcher
 from launcher.contract.exits import GROUP_BROKEN
 from launcher.contract.log import Log
@@ -130,12 +130,12 @@ class PeerWatcher(Watcher):
         return {s.peer.name: s.as_dict(now) for s in self.states}
 
     def metrics(self) -> Iterator[Metric]:
-        up, since, lost = PEER_UP.family(), PEER_SINCE.family(), PEER_LOST.family()
+        up, answered, lost = PEER_UP.family(), PEER_LAST_ANSWER.family(), PEER_LOST.family()
         now = self.clock()
         for state in self.states:
             name = [state.peer.name]
             up.add_metric(name, float(state.up))
             if state.answered_at is not None:
-                since.add_metric(name, now - state.answered_at)
+                answered.add_metric(name, wall_time(state.answered_at, now))
             lost.add_metric(name, float(state is self.lost_peer))
-        yield from (up, since, lost)
+        yield from (up, answered, lost)

@@ -54,6 +54,24 @@ Answer = tuple[bool, dict[str, Any]]
 
 
 @dataclass(frozen=True)
+class BuildInfo:
+    """What this pod runs, for llmd_launcher_build_info: a fleet where one label takes two values
+    (engine versions after a partial roll-out, a catalogue older than the engine) shows it."""
+
+    version: str  # the launcher's
+    recipe: str
+    pool: str
+    role: str
+    engine: str  # the pool's kind: vllm, sglang, mooncake-master, mooncake-donor
+    catalog_version: str  # the engine version the flag catalogue was generated from ("": none)
+
+    def labels(self, engine_version: str) -> list[str]:
+        """In the order of BUILD_INFO.labels."""
+        return [self.version, self.recipe, self.pool, self.role, self.engine, engine_version,
+                self.catalog_version]  # fmt: skip
+
+
+@dataclass(frozen=True)
 class CheckResult:
     ok: bool
     detail: str
@@ -76,6 +94,7 @@ class PodHealth:
         self.watchers: tuple[Watcher, ...] = ()  # healthchecks/pod_watchers.py, once the plan is final
         self.dropped_lines: Callable[[], int] = lambda: 0  # output lines a slow log reader cost
         self.flag_catalog: dict[str, object] | None = None  # which catalogue checked the flags, vs installed
+        self.build: BuildInfo | None = None  # set by the launcher once the plan is built
 
     # ------------------------------------------------------------------ written by the launcher
     def use_plan(self, probes: Probes) -> None:
@@ -104,6 +123,12 @@ class PodHealth:
             self.set_phase(STARTED)
 
     # ------------------------------------------------------------------ read by the probes
+    @property
+    def engine_version(self) -> str:
+        """The engine as installed, once preflight asked its interpreter ("" before, or for services)."""
+        installed = (self.flag_catalog or {}).get("installed_version")
+        return installed if isinstance(installed, str) else ""
+
     @property
     def phase(self) -> str:
         if self.supervisor is not None and not isinstance(self.supervisor.stop, Running):

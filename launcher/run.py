@@ -106,7 +106,8 @@ async def _run(settings: Settings, recipe: Recipe, plan: Plan, log: Log, output:
 
     from healthchecks.pod_watchers import build_watchers
     from healthchecks.server import ProbeServer
-    from healthchecks.state import PodHealth
+    from healthchecks.state import BuildInfo, PodHealth
+    from launcher import __version__
     from launcher.supervise.preflight import listener_of
     from launcher.supervise.supervisor import Supervisor, SupervisorConfig
 
@@ -115,6 +116,9 @@ async def _run(settings: Settings, recipe: Recipe, plan: Plan, log: Log, output:
     # The probes answer from the first moment: a pod waiting for its leader is alive, not started.
     health = PodHealth(plan.probes)
     health.dropped_lines = lambda: output.dropped  # read at scrape time
+    pool = plan.role.pool
+    health.build = BuildInfo(__version__, plan.recipe, pool, plan.role.name, recipe.pools[pool].kind,
+                             plan.needs.catalog_version or "")  # fmt: skip
     server = ProbeServer(health, settings.probe_host, settings.probe_port, listener_of)
     await server.start()
     try:

@@ -13,17 +13,18 @@ from healthchecks.kvevents.wire import EVENT_TYPES
 from healthchecks.metrics import (
     KV_EVENT_BLOCK_SIZE_MISMATCH,
     KV_EVENT_COUNTERS,
+    KV_EVENT_LAST_BATCH,
     KV_EVENT_MALFORMED,
     KV_EVENT_SILENT,
-    KV_EVENT_SINCE,
     KV_EVENTS,
+    wall_time,
 )
 
 
 def kv_event_metrics(state: WatcherState) -> Iterator[Metric]:
     events = KV_EVENTS.family()
     counters = {name: spec.family() for name, spec in KV_EVENT_COUNTERS.items()}
-    since, silent = KV_EVENT_SINCE.family(), KV_EVENT_SILENT.family()
+    last_batch, silent = KV_EVENT_LAST_BATCH.family(), KV_EVENT_SILENT.family()
     mismatch = KV_EVENT_BLOCK_SIZE_MISMATCH.family()
     now = time.monotonic()
     for number, stats in state.ranks.items():
@@ -37,10 +38,10 @@ def kv_event_metrics(state: WatcherState) -> Iterator[Metric]:
         ):  # fmt: skip
             counters[name].add_metric(label, value)
         if stats.last_batch_at is not None:
-            since.add_metric(label, now - stats.last_batch_at)
+            last_batch.add_metric(label, wall_time(stats.last_batch_at, now))
         silent.add_metric(label, float(stats.silent))
         mismatch.add_metric(label, float(stats.block_size_mismatch))
     malformed = KV_EVENT_MALFORMED.family()
     for kind, count in state.malformed.items():
         malformed.add_metric([kind], count)
-    yield from (events, *counters.values(), since, silent, mismatch, malformed)
+    yield from (events, *counters.values(), last_batch, silent, mismatch, malformed)

@@ -1,5 +1,11 @@
 """The launcher's own logs (structlog: JSON in pods, readable on a terminal) and its children's output,
-passed through line by line with the process name attached. Secret values never reach either."""
+passed through line by line with the process name attached. Secret values never reach either.
+
+In JSON both are one object per line with one schema: `timestamp` (RFC 3339, UTC), `severity`
+(Cloud Logging's LogSeverity names, which GKE's agent and most collectors read), `process` (who wrote
+the line: `llm-d-launcher` or the child's name), `message`; then the launcher's fields, or the
+child's `stream`. (Cloud Logging, "Structured logging": the special JSON fields `severity`, `message`
+and `timestamp`.)"""
 
 from __future__ import annotations
 
@@ -17,6 +23,9 @@ from typing import IO, Any, Protocol, TextIO
 import structlog
 
 from launcher.contract.redact import REDACTED, Scrubber, is_secret_name, redact_env
+from launcher.supervise.severity import launcher_severity, severity_of
+
+LAUNCHER = "llm-d-launcher"  # the `process` of the launcher's own lines
 
 
 def wants_json(log_format: str, stream: TextIO | None = None) -> bool:
@@ -39,23 +48,44 @@ def configure(as_json: bool, scrub: Scrubber, stream: IO[str] | FdWriter) -> str
                 event[key] = [scrub(v) if isinstance(v, str) else v for v in value]
         return event
 
-    renderer: Any = (
-        structlog.processors.JSONRenderer()
+    renderer: list[Any] = (
+        [to_schema, structlog.processors.JSONRenderer()]
         if as_json
-        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), pad_event=0)
+        else [structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), pad_event=0)]
     )
     structlog.configure(
         processors=[
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             redact,
-            renderer,
+            *renderer,
         ],
         logger_factory=structlog.PrintLoggerFactory(stream),  # type: ignore[arg-type]
         cache_logger_on_first_use=False,
     )
     logger: structlog.stdlib.BoundLogger = structlog.get_logger("llm-d-launcher")
     return logger
+
+
+# A caller's field named like the head is renamed, so the head always means the same: `process` (the
+# child a launcher line is about) becomes `child`, a `message` (e.g. aiohttp's) `logged`.
+_RENAMED = {"process": "child", "message": "logged", "severity": "logged_severity"}
+
+
+def to_schema(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
+    """structlog's event as the shared schema (the head, then the caller's fields)."""
+    for key, renamed in _RENAMED.items():
+        if key in event:
+            event[renamed] = event.pop(key)
+    head = record(LAUNCHER, launcher_severity(event.pop("level", "")), str(event.pop("event", "")))
+    head["timestamp"] = event.pop("timestamp", head["timestamp"])
+    return head | dict(event)
+
+
+def record(process: str, severity: str, message: str) -> dict[str, Any]:
+    """The head of every JSON line, in this order."""
+    stamp = datetime.now(timezone.utc).isoformat()
+    return {"timestamp": stamp, "severity": severity, "process": process, "message": message}
 
 
 QUEUE_LIMIT = 1 << 20  # bytes of output held per stream while its reader is slow
@@ -163,17 +193,15 @@ class ChildOutput:
     def _notice(self, count: int) -> str:
         event = f"{count} lines dropped: the reader of the launcher's output was too slow"
         if self.as_json:
-            stamp = datetime.now(timezone.utc).isoformat()
-            return json.dumps({"timestamp": stamp, "level": "warning", "event": event}) + "\n"
-        return f"llm-d-launcher | {event}\n"
+            return json.dumps(record(LAUNCHER, "WARNING", event)) + "\n"
+        return f"{LAUNCHER} | {event}\n"
 
     def line(self, process: str, stream: str, text: str) -> str:
         text = self.scrub(text)
         out = self.stderr if stream == "stderr" else self.stdout
         if self.as_json:
-            stamp = datetime.now(timezone.utc).isoformat()
-            record = {"timestamp": stamp, "process": process, "stream": stream, "message": text}
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+            line = record(process, severity_of(text), text) | {"stream": stream}
+            out.write(json.dumps(line, ensure_ascii=False) + "\n")
         else:
             out.write(f"{process} | {text}\n")
         return text

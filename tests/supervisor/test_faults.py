@@ -242,7 +242,7 @@ def test_json_logs_carry_the_process_name(make_pod: MakePod) -> None:
     assert {"process": "engine", "stream": "stderr", "message": "stand-in exiting with 5"}.items() <= next(
         r for r in records if r.get("process") == "engine" and "stream" in r
     ).items()
-    assert any(r.get("event") == "exiting" and r.get("code") == 5 for r in records)
+    assert any(r.get("message") == "exiting" and r.get("code") == 5 for r in records)
 
 
 def test_bad_input_spawns_nothing(make_pod: MakePod) -> None:

@@ -12,7 +12,7 @@ from healthchecks.forward import ForwardWatcher
 from healthchecks.kvevents.watcher import KvEventWatcher
 from healthchecks.metrics import METRICS, build_registry
 from healthchecks.peers import PeerWatcher
-from healthchecks.state import PodHealth
+from healthchecks.state import BuildInfo, PodHealth
 from launcher.contract.plan import (
     Check,
     KvEventSource,
@@ -26,9 +26,13 @@ from launcher.contract.plan import (
 
 @pytest.fixture
 def health(monkeypatch: pytest.MonkeyPatch) -> PodHealth:
-    """A pod with every optional family present: KV events, forward progress, peers, weight loading."""
-    probes = Probes(port=9100, ready=(Check("engine", "engine"),), started=Check("engine", "engine"))
+    """A pod with every optional family present: KV events, forward progress, peers, weight loading,
+    build info, a start-up deadline."""
+    probes = Probes(
+        port=9100, ready=(Check("engine", "engine"),), started=Check("engine", "engine"), startup_seconds=60.0
+    )
     health = PodHealth(probes)
+    health.build = BuildInfo("0.1.0", "r", "decode", "decode", "vllm", "0.32.0")
     log = structlog.get_logger()
     watch = ProgressWatch((ProgressSource("engine", 8000),), ("tokens",), "m", 60.0, 10.0)
     with_peers = Probes(9100, ready=(), started=Check("e", "e"), peers=(Peer("leader", "10.0.0.1", 9100),))

@@ -142,7 +142,7 @@ def test_peers_are_on_metrics_answering_and_lost() -> None:
     text = _scrape(_health(watcher))
     assert 'llmd_launcher_peer_up{peer="leader"} 1.0' in text
     assert 'llmd_launcher_peer_lost{peer="leader"} 0.0' in text
-    assert 'llmd_launcher_peer_seconds_since_answer{peer="leader"}' in text
+    assert 'llmd_launcher_peer_last_answer_timestamp_seconds{peer="leader"}' in text
     text = _scrape(_health(_lost_peer_watcher()))
     assert 'llmd_launcher_peer_up{peer="worker 1"} 0.0' in text
     assert 'llmd_launcher_peer_lost{peer="worker 1"} 1.0' in text
