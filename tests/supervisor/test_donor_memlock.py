@@ -1,5 +1,5 @@
 """The Mooncake donor's memlock preflight as its manifest ships it: the user and capabilities the
-container runtime gives the process (deploy/overlays/gke-a4x-max/mooncake-donor.yaml on
+container runtime gives the process (deploy/components/mooncake-donors/mooncake-donor.yaml on
 images/mooncake.Dockerfile), reproduced with setpriv under a memlock limit far below the 500 GB
 segment. A non-root container whose IPC_LOCK is only in the bounding set (kubernetes/kubernetes#56374)
 gets the message that says so."""
@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-DONOR = ROOT / "deploy" / "overlays" / "gke-a4x-max" / "mooncake-donor.yaml"
+DONOR = ROOT / "deploy" / "components" / "mooncake-donors" / "mooncake-donor.yaml"
 IMAGE = ROOT / "images" / "mooncake.Dockerfile"
 # What containerd and CRI-O give a container before securityContext.capabilities (containerd
 # pkg/oci/spec.go defaultUnixCaps, the OCI runtime-spec default).

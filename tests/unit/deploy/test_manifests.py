@@ -1,18 +1,22 @@
-"""deploy/: the kustomize base and the GKE A4X-Max overlay render (`kubectl kustomize`), and every
-object is valid for its schema (LeaderWorkerSet: the LWS CRD; ComputeDomain: the NVIDIA DRA driver's
-CRD; the rest, ResourceClaimTemplate included: Kubernetes 1.33, strict). Every pod runs the launcher
-with env only, probes the launcher's endpoints with timings fit for a 45-minute load, plans without
-error, carries the serving label exactly when it serves, and holds the memory roles/memory.py
-computes; every name the guide's commands use exists."""
+"""deploy/: the kustomize base and the GKE A4X-Max overlay, each with every combination of the optional
+components, render (`kubectl kustomize`), and every object is valid for its schema (LeaderWorkerSet:
+the LWS CRD; ComputeDomain: the NVIDIA DRA driver's CRD; PodMonitor, PrometheusRule: prometheus-
+operator's CRDs; the rest, ResourceClaimTemplate included: Kubernetes 1.33, strict). Every pod runs
+the launcher with env only, probes the launcher's endpoints with timings fit for a long load (the
+guide's 7200 s), plans without error, carries the serving label exactly when it serves, and holds
+the memory roles/memory.py computes; every name the guide's commands use exists."""
 
 from __future__ import annotations
 
 import copy
 import functools
+import itertools
 import json
+import os
 import re
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +35,10 @@ ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures"
 CRD = FIXTURES / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
 COMPUTE_DOMAIN_CRD = FIXTURES / "resource.nvidia.com_computedomains.yaml"
+POD_MONITOR_CRD = FIXTURES / "monitoring.coreos.com_podmonitors.yaml"
+PROMETHEUS_RULE_CRD = FIXTURES / "monitoring.coreos.com_prometheusrules.yaml"
+COMPONENTS = ROOT / "deploy" / "components"
+NAMESPACE = "llm-d-kimi-k3-1"  # the guide's
 GUIDE = FIXTURES / "kimi-k3.1-pro-guide.md"
 BASE = ROOT / "deploy" / "kimi-k3.1-pro"
 OVERLAY = ROOT / "deploy" / "overlays" / "gke-a4x-max"
@@ -50,8 +58,36 @@ def kustomize(directory: Path) -> str:
     return done.stdout
 
 
+def with_components(base: Path, components: tuple[str, ...]) -> str:
+    """A kustomization of the user's own: the base (or overlay) plus some components, in a directory
+    beside them (kustomize loads bases and components by relative path)."""
+    with tempfile.TemporaryDirectory(dir=ROOT / "deploy") as directory:
+        here = Path(directory)
+        (here / "kustomization.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization", "namespace": NAMESPACE,
+            "resources": [os.path.relpath(base, here)],
+            "components": [os.path.relpath(COMPONENTS / c, here) for c in components],
+        }))  # fmt: skip
+        return kustomize(here)
+
+
+def optional_components(base: Path) -> list[str]:
+    """Every component the base does not already include."""
+    included = yaml.safe_load((base / "kustomization.yaml").read_text()).get("components", [])
+    return sorted(c.name for c in COMPONENTS.iterdir() if not any(i.endswith(c.name) for i in included))
+
+
+def combinations() -> list[tuple[Path, tuple[str, ...]]]:
+    """The base and the overlay, each with every subset of the optional components (the overlay
+    last: where it changes a workload, its version is the one the tests below read)."""
+    return [(base, subset) for base in (BASE, OVERLAY) for n in range(len(optional_components(base)) + 1)
+            for subset in itertools.combinations(optional_components(base), n)]  # fmt: skip
+
+
 def documents() -> list[tuple[str, dict[str, Any]]]:
     sources = [(f"{d.relative_to(ROOT)} (kustomize)", kustomize(d)) for d in (BASE, OVERLAY)]
+    sources += [(f"{base.relative_to(ROOT)} + {'+'.join(c)} (kustomize)", with_components(base, c))
+                for base, c in combinations() if c]  # fmt: skip
     sources += [(str(path.relative_to(ROOT)), path.read_text()) for path in PLAIN]
     return [
         (f"{source}#{doc['kind']}/{doc['metadata']['name']}", doc)
@@ -107,6 +143,11 @@ def validate(doc: dict[str, Any]) -> list[str]:
     elif doc["kind"] == "ComputeDomain":
         assert doc["apiVersion"] == "resource.nvidia.com/v1beta1"
         validator = crd_validator(COMPUTE_DOMAIN_CRD, "v1beta1")
+    elif doc["kind"] in ("PodMonitor", "PrometheusRule"):
+        assert doc["apiVersion"] == "monitoring.coreos.com/v1"
+        validator = crd_validator(
+            POD_MONITOR_CRD if doc["kind"] == "PodMonitor" else PROMETHEUS_RULE_CRD, "v1"
+        )
     if validator is not None:
         return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)]
     try:
@@ -192,7 +233,8 @@ def test_every_pod_plans_without_error(name: str, doc: dict[str, Any], run_cli: 
     env = container_env(container)
     if doc["kind"] == "LeaderWorkerSet":
         size = doc["spec"]["leaderWorkerTemplate"]["size"]
-        leader = f"{doc['metadata']['name']}-0.{doc['metadata']['name']}.{doc['metadata']['namespace']}"
+        namespace = doc["metadata"].get("namespace", NAMESPACE)  # tpu.yaml: `kubectl apply -n NS -f`
+        leader = f"{doc['metadata']['name']}-0.{doc['metadata']['name']}.{namespace}"
         env |= {"LWS_LEADER_ADDRESS": leader, "LWS_GROUP_SIZE": str(size), "LWS_WORKER_INDEX": "0"}
         code, out, err = run_cli("plan", "--group", "--format", "json", env=env)
         assert code == 0, err
@@ -365,3 +407,77 @@ def test_memory_holds_the_store_and_the_engine(name: str, doc: dict[str, Any]) -
         if need.segments:
             assert "IPC_LOCK" in container["securityContext"]["capabilities"]["add"]
     assert isinstance(pool, (VllmPool, SglangPool, MooncakeDonorPool)) or need.segments == 0
+
+
+def test_the_namespace_and_images_are_the_kustomizations() -> None:
+    """No object names its namespace (so `kubectl apply -n other -k` works); the kustomizations set
+    it and pin the images."""
+    for path in ROOT.glob("deploy/**/*.yaml"):
+        for doc in (d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)):
+            if doc.get("kind") not in ("Kustomization", "Component"):
+                assert "namespace" not in doc.get("metadata", {}), path
+    for directory in (BASE, OVERLAY):
+        assert yaml.safe_load((directory / "kustomization.yaml").read_text())["namespace"] == NAMESPACE
+    images = {i["name"] for i in yaml.safe_load((BASE / "kustomization.yaml").read_text())["images"]}
+    used = {c["image"].split(":")[0] for _, doc in WORKLOADS for t in pod_templates(doc)
+            for c in t["spec"]["containers"]}  # fmt: skip
+    assert used - images == {"ghcr.io/llm-d/llm-d-launcher-sglang-tpu"}  # tpu.yaml is applied with -f
+
+
+def test_every_combination_of_components_renders() -> None:
+    rendered = {name.split("#")[0] for name, _ in DOCS}
+    assert (
+        len(combinations()) == 2**3 + 2**2
+    )  # base: donors, gke-mnnvl, monitoring; overlay: donors, monitoring
+    assert len(rendered) == len(combinations()) + len(PLAIN)
+
+
+def test_tpu_groups_are_pinned_to_one_slice_each() -> None:
+    tpu = yaml.safe_load((BASE / "tpu.yaml").read_text())
+    assert tpu["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/exclusive-topology"] == (
+        "cloud.google.com/gke-nodepool"
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "doc"),
+    [(n, d) for n, d in WORKLOADS if d["kind"] == "LeaderWorkerSet"],
+    ids=[n for n, d in WORKLOADS if d["kind"] == "LeaderWorkerSet"],
+)
+def test_engine_pods_request_cpu_and_disk_and_keep_their_compile_caches(
+    name: str, doc: dict[str, Any]
+) -> None:
+    for template in pod_templates(doc):
+        spec = template["spec"]
+        (container,) = spec["containers"]
+        assert {"cpu", "ephemeral-storage"} <= set(container["resources"]["requests"])
+        (cache,) = [m["mountPath"] for m in container["volumeMounts"] if m["name"] == "compile-cache"]
+        (volume,) = [v for v in spec["volumes"] if v["name"] == "compile-cache"]
+        assert volume["hostPath"]["type"] == "DirectoryOrCreate"  # survives the group's recreation
+        dirs = {k: v for k, v in container_env(container).items() if k.endswith(("_CACHE_ROOT", "_CACHE_PATH",
+                "_CACHE_DIR", "_WORKSPACE_BASE"))}  # fmt: skip
+        assert dirs and all(v.startswith(cache + "/") or v == cache for v in dirs.values()), dirs
+
+
+def test_the_router_and_the_pod_monitor_select_the_right_pods() -> None:
+    """The router selects llm-d.ai/inference-serving + llm-d.ai/guide (+ model), as llm-d's sister
+    guides' values do: only serving pods carry the guide label. The PodMonitor selects every pod."""
+    monitor = next(d for _, d in DOCS if d["kind"] == "PodMonitor")
+    wanted = monitor["spec"]["selector"]["matchLabels"]
+    for _, doc in WORKLOADS:
+        for template in pod_templates(doc):
+            labels = template["metadata"]["labels"]
+            assert wanted.items() <= labels.items(), doc["metadata"]["name"]
+            serving = labels.get("llm-d.ai/inference-serving") == "true"
+            assert (labels.get("llm-d.ai/guide") == "kimi-k3-1") == serving
+
+
+def test_the_mnnvl_component_gives_every_gpu_pod_host_ipc_pid_and_the_env() -> None:
+    overlay = {(d["kind"], d["metadata"]["name"]): d for n, d in DOCS if n.startswith("deploy/overlays")}
+    for pool in ("prefill", "decode"):
+        for template in pod_templates(overlay[("LeaderWorkerSet", f"kimi-k3-1-gpu-vllm-{pool}")]):
+            spec = template["spec"]
+            assert spec["hostIPC"] is True and spec["hostPID"] is True
+            env = container_env(spec["containers"][0])
+            assert env["NCCL_MNNVL_ENABLE"] == "1" and env["NVSHMEM_CUMEM_HANDLE_TYPE"] == "FABRIC"
+            assert env["UCX_TLS"].startswith("cuda_ipc")
