@@ -234,7 +234,9 @@ def stale_shm(engine_segments: Sequence[str] = ()) -> re.Pattern[str]:
 
 
 def check_shm_dir(plan: Plan, directory: str) -> list[Problem]:
-    """LLMD_SHM_DIR must be a tmpfs (shared memory, not a volume) that holds no model."""
+    """LLMD_SHM_DIR must be a tmpfs (shared memory, not a volume) that holds no model. Directories are
+    compared as files (device + inode) along both paths: a bind mount of the model's tmpfs parent
+    shares no path with the model, only its directory."""
     if not directory or not Path(directory).is_dir():
         return []
     fix = "point LLMD_SHM_DIR at the engine container's /dev/shm, or set it empty to skip the clean-up"
@@ -245,9 +247,30 @@ def check_shm_dir(plan: Plan, directory: str) -> list[Problem]:
     model = plan.model_path
     if model and model.startswith("/"):
         model = os.path.realpath(model)
-        if os.path.commonpath([real, model]) in (real, model):
+        if os.path.commonpath([real, model]) in (real, model) or _nested(real, model):
             return [Problem("LLMD_SHM_DIR", f"{directory!r} holds or lies inside the model path", fix)]
     return []
+
+
+def _nested(one: str, other: str) -> bool:
+    """Is either directory the other or above it, compared as files (device + inode)?"""
+    first, second = _lineage(one), _lineage(other)
+    return bool(first and first[0] in second) or bool(second and second[0] in first)
+
+
+def _lineage(path: str) -> list[tuple[int, int]]:
+    """(device, inode) of a canonical path and of each directory above it, nearest first; empty
+    when the path itself does not exist."""
+    out = []
+    for step in (path, *map(str, Path(path).parents)):
+        try:
+            st = os.stat(step)
+        except OSError:
+            if step == path:
+                return []
+            continue
+        out.append((st.st_dev, st.st_ino))
+    return out
 
 
 def _filesystem(path: str) -> str:
@@ -267,22 +290,24 @@ def clean_shm(directory: str, engine_segments: Sequence[str] = ()) -> tuple[list
     """Remove the stale shared memory of crashed engines (llm-d/llm-d#352: one crash would otherwise
     become a crash loop): regular files directly in the directory, named as the engines name their
     segments (STALE_SHM and the plan's engine_segments), that no process we can see holds open or
-    mapped. Symlinks and subdirectories are never followed. Returns (removed, could not be removed:
-    "name (reason)").
+    mapped. A file in use is known by its device and inode, as /proc shows them, whatever path spells
+    the directory (Debian's /run/shm is a symlink to /dev/shm). Symlinks and subdirectories are never
+    followed. Returns (removed, could not be removed: "name (reason)").
 
     Processes of other containers are invisible (no shared PID namespace), so LLMD_SHM_DIR must be
     the engine container's own shared memory; set it empty when another container uses it too."""
-    root = Path(directory)
+    root = Path(os.path.realpath(directory))
     if not root.is_dir():
         return [], []
     stale = stale_shm(engine_segments)
-    in_use = _paths_in_use(str(root))
+    in_use = _files_in_use(root.stat().st_dev)
     removed, failed = [], []
     for entry in root.iterdir():
-        if not stale.fullmatch(entry.name) or str(entry) in in_use:
+        if not stale.fullmatch(entry.name):
             continue
         try:
-            if not stat.S_ISREG(entry.lstat().st_mode):
+            st = entry.lstat()
+            if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in in_use:
                 continue
             entry.unlink()
             removed.append(entry.name)
@@ -293,23 +318,25 @@ def clean_shm(directory: str, engine_segments: Sequence[str] = ()) -> tuple[list
     return removed, failed
 
 
-def _paths_in_use(prefix: str) -> set[str]:
-    used: set[str] = set()
+def _files_in_use(device: int) -> set[tuple[int, int]]:
+    """(device, inode) of every file on `device` that a process we can see holds open (its fd/) or
+    mapped (its maps: `address perms offset major:minor inode path`)."""
+    used: set[tuple[int, int]] = set()
+    dev = f"{os.major(device):02x}:{os.minor(device):02x}"
     for pid in filter(str.isdigit, os.listdir("/proc")):
         base = f"/proc/{pid}"
         try:
             for fd in os.listdir(f"{base}/fd"):
-                try:
-                    target = os.readlink(f"{base}/fd/{fd}")
-                except OSError:
-                    continue
-                if target.startswith(prefix):
-                    used.add(target.removesuffix(" (deleted)"))
+                with contextlib.suppress(OSError):
+                    st = os.stat(f"{base}/fd/{fd}")  # the open file itself, even once unlinked
+                    if st.st_dev == device:
+                        used.add((st.st_dev, st.st_ino))
             with open(f"{base}/maps", encoding="utf-8", errors="replace") as maps:
                 for line in maps:
-                    if prefix in line:
-                        used.add(line.split(None, 5)[-1].strip().removesuffix(" (deleted)"))
-        except OSError:  # exited meanwhile, or not ours to inspect (e.g. a sandbox's init)
+                    fields = line.split(None, 5)
+                    if len(fields) >= 5 and fields[3] == dev:
+                        used.add((device, int(fields[4])))
+        except (OSError, ValueError):  # exited meanwhile, or not ours to inspect (e.g. a sandbox's init)
             continue
     return used
 

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -96,3 +99,55 @@ def test_an_engines_segments_are_removed_only_for_that_engine(shm: Path) -> None
     assert clean_shm(str(shm)) == ([], [])
     assert clean_shm(str(shm), SGLANG.shm_segments) == (["sglang_loads_0.shm"], [])
     assert clean_shm(str(shm), VLLM.shm_segments) == (["vllm_offload_e0.mmap"], [])
+
+
+def _spellings(shm: Path, tmp_path: Path) -> list[str]:
+    """The same directory as a symlink (Debian's /run/shm is one), through `..`, and with `//`."""
+    link = tmp_path / "run-shm"
+    link.symlink_to(shm)
+    return [str(link), f"{shm.parent}/../{shm.parent.name}/{shm.name}", f"/{shm.parent}//{shm.name}/"]
+
+
+def test_a_segment_in_use_is_kept_however_the_directory_is_spelled(shm: Path, tmp_path: Path) -> None:
+    held, mapped, stale = shm / "psm_00c0ffee", shm / "psm_0000beef", shm / "psm_0000dead"
+    for spelling in _spellings(shm, tmp_path):
+        for path in (held, mapped, stale):
+            path.write_bytes(b"x" * 4096)
+        with mapped.open("r+b") as handle:
+            region = mmap.mmap(handle.fileno(), 4096)  # mapped only: /proc/PID/maps, not fd/
+        try:
+            with held.open("rb"):
+                removed, failed = clean_shm(spelling)
+        finally:
+            region.close()
+        assert (removed, failed) == (["psm_0000dead"], []), spelling
+        assert held.exists() and mapped.exists(), spelling
+
+
+def test_a_bind_mount_of_the_models_tmpfs_is_refused(shm: Path, tmp_path: Path) -> None:
+    """The model's tmpfs parent bind-mounted as LLMD_SHM_DIR: no path of one lies under the other,
+    the directory is the same. Run in a private user + mount namespace (unshare -rm)."""
+    (shm / "m").mkdir()
+    (shm / "m" / "config.json").write_text("{}")
+    target = tmp_path / "bound"
+    target.mkdir()
+    code = (
+        "import subprocess, sys\n"
+        f"subprocess.run(['mount', '--bind', {str(shm)!r}, {str(target)!r}], check=True)\n"
+        "from launcher.supervise.preflight import check_shm_dir\n"
+        "from tests.unit.supervise.test_shm_cleanup import _plan\n"
+        f"print([p.message for p in check_shm_dir(_plan({str(shm / 'm')!r}), {str(target)!r})])\n"
+        f"print([p.message for p in check_shm_dir(_plan({str(target / 'm')!r}), {str(shm)!r})])\n"
+    )
+    done = subprocess.run(
+        ["unshare", "-rm", "--propagation", "private", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[3],
+        check=False,
+    )
+    if done.returncode != 0 and "unshare failed" in done.stderr:
+        pytest.skip(f"no user namespaces here: {done.stderr.strip()}")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert len(lines) == 2 and all("holds or lies inside the model path" in line for line in lines), lines
