@@ -76,8 +76,12 @@ def setting(
     launcher_key: bool = True,
     **bounds: Any,
 ) -> Any:
-    """A launcher setting (LLMD_<FIELD>): its default, bounds (ge, gt, le) and documentation."""
+    """A launcher setting (LLMD_<FIELD>): its default, bounds (ge, gt, le) and documentation. A number
+    of seconds is finite: inf passes every lower bound, then overflows the clocks and timeouts it
+    reaches (int(), aiohttp's timeouts)."""
     doc = SettingDoc(meaning, fix, section, flag=flag, metavar=metavar, launcher_key=launcher_key)
+    if isinstance(default, float):
+        bounds.setdefault("allow_inf_nan", False)
     return Field(default, description=meaning, json_schema_extra=doc, **bounds)
 
 

@@ -203,3 +203,35 @@ def test_group_size_and_gpus_flags_override_env(run_cli: Any) -> None:
 def test_recipe_file_flag_overrides_env(plan_json: Any, user_recipe: str) -> None:
     plan = plan_json("--recipe-file", user_recipe, env={"LLMD_RECIPE_FILE": "/nonexistent.yaml"})
     assert plan["recipe"] == "tiny"
+
+
+SECONDS_FIELDS = [f for f, info in Settings.model_fields.items() if info.annotation is float]
+
+
+@pytest.mark.parametrize("value", ["inf", "-inf", "nan", "1e309", "Infinity"])
+@pytest.mark.parametrize("field", SECONDS_FIELDS)
+def test_a_time_setting_must_be_finite(run_cli: Any, field: str, value: str) -> None:
+    """inf passed the bounds and then overflowed: int() of the start-up deadline in `plan`, aiohttp's
+    timeouts in the watchers, asyncio deadlines (issue #24 items 10, 11). One line, exit 2."""
+    code, _, err = run_cli("plan", env={env_name(field): value})
+    assert code == 2, err
+    (line,) = err.splitlines()
+    assert line.startswith(f"llm-d-launcher: error: {env_name(field)}") and "finite" in line, line
+
+
+def test_the_time_settings_are_the_watchers_and_deadlines() -> None:
+    assert {"check_timeout", "canary_seconds", "startup_seconds", "stall_seconds"} <= set(SECONDS_FIELDS)
+
+
+def test_a_recipe_cannot_set_an_infinite_start_up_deadline(run_cli: Any, tmp_path: Path) -> None:
+    path = tmp_path / "r.yaml"
+    head = "name: x\nmodel: {path: /m}\ndefault_pool: p\npools: {p: {kind: vllm}}\n"
+    path.write_text(head + "launcher: {startup_seconds: .inf, canary_seconds: .nan}\n")
+    code, _, err = run_cli("plan", env={"LLMD_RECIPE_FILE": str(path)})
+    assert code == 2, err
+    assert err.splitlines() == [
+        "llm-d-launcher: error: recipe launcher.canary_seconds (LLMD_CANARY_SECONDS): input should be a "
+        f"finite number (got nan); {fix_for('canary_seconds')}",
+        "llm-d-launcher: error: recipe launcher.startup_seconds (LLMD_STARTUP_SECONDS): input should be a "
+        f"finite number (got inf); {fix_for('startup_seconds')}",
+    ]
