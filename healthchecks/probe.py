@@ -8,22 +8,22 @@ from __future__ import annotations
 
 import http.client
 import json
-import math
 import os
 import sys
 
 from launcher.config.defaults import PROBE_PORT
 
 ENDPOINTS = {"live": "/livez", "ready": "/readyz", "startup": "/startupz"}
+MAX_TIMEOUT = 86400  # seconds; the kubelet's own timeoutSeconds for a probe is far shorter
 
 
 def probe(which: str, port: int | None = None, host: str = "127.0.0.1", timeout: float = 2.0) -> int:
     """0 when the probe server answers 200, 1 otherwise; one line saying why on stdout (the kubelet
     records it in the pod's events)."""
-    if not (math.isfinite(timeout) and timeout > 0):  # a socket refuses the rest with a traceback
+    if not 0 < timeout <= MAX_TIMEOUT:  # a socket refuses the rest (nan, inf, 1e300) with a traceback
         print(
-            f"llm-d-launcher: error: --timeout {timeout!r} is not a positive number of seconds; "
-            "fix: give e.g. --timeout 2",
+            f"llm-d-launcher: error: --timeout {timeout!r} is not a number of seconds above 0, at most "
+            f"{MAX_TIMEOUT} (a day); fix: give e.g. --timeout 2",
             file=sys.stderr,
         )
         return 2

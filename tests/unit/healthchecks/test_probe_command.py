@@ -17,12 +17,18 @@ from launcher.supervise.logs import configure
 from tests.ports import free_port
 
 
-@pytest.mark.parametrize("timeout", ["-1", "0", "nan", "inf", "-inf", "1e400"])
+@pytest.mark.parametrize("timeout", ["-1", "0", "nan", "inf", "-inf", "1e400", "1e300", "86401", "1e10"])
 def test_probe_timeout_must_be_a_positive_number(timeout: str, capsys: pytest.CaptureFixture[str]) -> None:
     code = main(["probe", "live", "--port", "1", f"--timeout={timeout}"])
     out, err = capsys.readouterr()
     assert code == 2 and out == ""
     assert len(err.splitlines()) == 1 and "--timeout" in err and "Traceback" not in err
+
+
+def test_probe_timeout_up_to_a_day_is_taken(capsys: pytest.CaptureFixture[str]) -> None:
+    """Finite but huge timeouts overflowed the socket's (OverflowError); up to a day is a timeout."""
+    assert main(["probe", "live", "--port", "1", "--timeout=86400"]) == 1  # port 1 refuses at once
+    assert "no answer from the launcher" in capsys.readouterr().out
 
 
 async def _exchange(port: int, request: bytes) -> bytes:
