@@ -3,10 +3,14 @@ extra args and env merged into the plan, and plans that depend on nothing but th
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from launcher.config.recipe_file import RecipeSource, builtin_recipe_names, load_recipe
+from launcher.contract.errors import ConfigError
 from tests.unit.user_recipe import USER_RECIPE, engine
 
 
@@ -88,3 +92,25 @@ def test_plans_do_not_depend_on_hash_seed_or_process() -> None:
         for seed in ("0", "1", "12345")
     }
     assert len(outputs) == 1
+
+
+@pytest.mark.parametrize(
+    ("block", "refused"),
+    [(128, False), ("128", False), (" 128", False), (64, True), ("64", True), ("128.0", True), (True, True)],
+    ids=repr,
+)
+def test_the_router_block_size_is_compared_as_the_engine_reads_it(block: object, refused: bool) -> None:
+    """The flag's argv token is what the engine parses (argparse type=int): `page-size: "128"` is 128,
+    not a mismatch "128 but 128" (issue #24 item 18)."""
+    from launcher.config.recipe_file import RecipeSource, read_recipe, validate_recipe
+
+    source = RecipeSource("kimi-k3.1-pro", None)
+    data = dict(read_recipe(source))
+    pools = dict(data["pools"])
+    assert pools["tpu"]["router"]["block_size_tokens"] == 128
+    pools["tpu"] = {**pools["tpu"], "args": {**pools["tpu"]["args"], "page-size": block}}
+    if refused:
+        with pytest.raises(ConfigError, match=re.escape("blockSizeTokens is 128 but args.page-size is")):
+            validate_recipe({**data, "pools": pools}, source)
+    else:
+        validate_recipe({**data, "pools": pools}, source)
