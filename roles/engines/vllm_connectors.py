@@ -43,11 +43,26 @@ def vllm_kv_events_config(
     return config
 
 
+# A Unix socket's path, without its NUL: sockaddr_un.sun_path holds 108 bytes on Linux, and libzmq
+# refuses a longer ipc:// path at bind with ENAMETOOLONG (libzmq src/ipc_address.cpp, resolve).
+MAX_SOCKET_PATH = 107
+
+
 def kv_events_ipc(directory: str, name: str, port: int) -> str:
     """An ipc:// endpoint vLLM offsets per DP rank like a TCP one: vLLM 0.32.0
     ZmqEventPublisher.offset_endpoint_port adds the rank to the number after the last colon of any
-    endpoint containing "tcp", so the path ends in `.tcp:<port>` and every rank gets its own socket."""
-    return f"ipc://{posixpath.join(directory, name)}.tcp:{port}"
+    endpoint containing "tcp", so the path ends in `.tcp:<port>` and every rank gets its own socket.
+    Refused here when too long for a socket: the engine would fail to bind only after loading."""
+    path = f"{posixpath.join(directory, name)}.tcp:{port}"
+    if len(path.encode()) > MAX_SOCKET_PATH:
+        raise ConfigError.one(
+            "LLMD_RUNTIME_DIR",
+            f"makes this IPv6 pod's KV-event socket {path!r} {len(path.encode())} bytes long; a Unix "
+            f"socket path holds at most {MAX_SOCKET_PATH} (108 bytes with its NUL)",
+            f"choose a directory of at most {MAX_SOCKET_PATH - len(path.encode()) + len(directory.encode())} "
+            "bytes, e.g. /tmp/llm-d-launcher",
+        )
+    return f"ipc://{path}"
 
 
 def kv_events_need_relay(pod_ip: str) -> bool:

@@ -88,3 +88,20 @@ def test_host_port_brackets_only_ipv6_literals() -> None:
     assert host_port(POD, 1) == f"[{POD}]:1"
     assert host_port("10.0.0.1", 1) == "10.0.0.1:1"
     assert host_port("leader.svc", 1) == "leader.svc:1"
+
+
+def test_an_ipc_path_longer_than_a_unix_socket_takes_is_refused(run_cli: Any) -> None:
+    """sockaddr_un holds 107 bytes of path (libzmq ipc_address.cpp: ENAMETOOLONG at bind): a long
+    LLMD_RUNTIME_DIR made the engine's publisher fail after the model loaded (issue #24 item 14)."""
+    env = lws("prefill", 2, 0)
+    fits = "/r/" + "d" * (107 - len("/r//kv-replay.tcp:5567"))
+    code, out, err = run_cli("plan", "--format", "json", env={**env, "LLMD_RUNTIME_DIR": fits})
+    assert code == 0, err
+    longest = json.loads(after(json.loads(out)["processes"][0]["argv"], "--kv-events-config"))
+    assert len(longest["replay_endpoint"].removeprefix("ipc://")) == 107
+    code, _, err = run_cli("plan", env={**env, "LLMD_RUNTIME_DIR": fits + "d"})
+    assert code == 2
+    (line,) = err.splitlines()
+    assert line.startswith("llm-d-launcher: error: LLMD_RUNTIME_DIR: ") and "108 bytes" in line, line
+    ipv4 = {**env, "POD_IP": "10.0.0.7", "LWS_LEADER_ADDRESS": "10.0.0.1", "LLMD_RUNTIME_DIR": fits + "d"}
+    assert run_cli("plan", env=ipv4)[0] == 0  # TCP publishers: no socket path at all
