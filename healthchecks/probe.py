@@ -9,9 +9,9 @@ from __future__ import annotations
 import http.client
 import json
 import os
-import sys
 
 from launcher.config.defaults import PROBE_PORT
+from launcher.stderr import say
 
 ENDPOINTS = {"live": "/livez", "ready": "/readyz", "startup": "/startupz"}
 MAX_TIMEOUT = 86400  # seconds; the kubelet's own timeoutSeconds for a probe is far shorter
@@ -21,10 +21,9 @@ def probe(which: str, port: int | None = None, host: str = "127.0.0.1", timeout:
     """0 when the probe server answers 200, 1 otherwise; one line saying why on stdout (the kubelet
     records it in the pod's events)."""
     if not 0 < timeout <= MAX_TIMEOUT:  # a socket refuses the rest (nan, inf, 1e300) with a traceback
-        print(
+        say(
             f"llm-d-launcher: error: --timeout {timeout!r} is not a number of seconds above 0, at most "
-            f"{MAX_TIMEOUT} (a day); fix: give e.g. --timeout 2",
-            file=sys.stderr,
+            f"{MAX_TIMEOUT} (a day); fix: give e.g. --timeout 2"
         )
         return 2
     if port is None:
@@ -50,10 +49,9 @@ def _port_from_env() -> int | None:
     raw = os.environ.get("LLMD_PROBE_PORT", str(PROBE_PORT))
     if raw.isdigit() and 1 <= int(raw) <= 65535:
         return int(raw)
-    print(
+    say(
         f"llm-d-launcher: error: LLMD_PROBE_PORT={raw!r} is not a port number; "
-        "fix: give 1-65535, or pass --port",
-        file=sys.stderr,
+        "fix: give 1-65535, or pass --port"
     )
     return None
 

@@ -13,6 +13,7 @@ import launcher.early  # noqa: F401 - first: `run`'s signal handlers before any 
 from launcher.config.defaults import PROBE_PORT
 from launcher.contract.errors import ConfigError, Problem
 from launcher.contract.redact import REDACTED, Scrubber, is_secret_name, secret_values
+from launcher.stderr import say, silence
 
 _SETTINGS = "settings (CLI flags override env; env overrides the recipe's `launcher:` section):"
 _SECRETS = (
@@ -64,7 +65,8 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         """One line, exit 2, and no value echoed: a mistyped flag may carry a token."""
-        self.exit(2, f"llm-d-launcher: error: {_without_values(message)}; see {self.prog} --help\n")
+        say(f"llm-d-launcher: error: {_without_values(message)}; see {self.prog} --help")
+        self.exit(2)
 
     def parse_known_args(self, *args: Any, **kwargs: Any) -> Any:
         self._add_setting_flags()
@@ -232,7 +234,7 @@ def _cmd_plan(ns: argparse.Namespace) -> int:
 
     settings = load_settings(**_cli_settings(ns))
     for problem in unknown_env(os.environ):
-        print(problem.line("warning"), file=sys.stderr)
+        say(problem.line("warning"))
     recipe = load_recipe(settings.recipe_source, name_given="recipe" in settings.model_fields_set)
     if ns.group:
         from roles.group import plan_group
@@ -265,7 +267,7 @@ def _notes_to_stderr(notes: Sequence[str], fmt: str) -> None:
     """Text output carries its notes; shell and JSON stdout stay machine-readable, notes go to stderr."""
     if fmt != "text":
         for note in notes:
-            print(f"note: {note}", file=sys.stderr)
+            say(f"note: {note}")
 
 
 def _cmd_recipes(ns: argparse.Namespace) -> int:
@@ -326,8 +328,12 @@ class _VersionAction(argparse.Action):
 def _exit_now(code: int) -> None:
     """Skip the interpreter's teardown (tens of ms of module clean-up on the path from engine death
     to pod exit): PID 1 has nothing left to clean."""
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            if stream is not None:
+                stream.flush()
+        except (OSError, ValueError):
+            silence()
     os._exit(code)
 
 
@@ -362,7 +368,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         scrub = Scrubber(secret_values(os.environ))  # a secret's value may sit in any setting
         for problem in exc.problems:
-            print(scrub(problem.line()), file=sys.stderr)
+            say(scrub(problem.line()))
         return exc.exit_code
 
 

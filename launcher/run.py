@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
@@ -22,6 +21,7 @@ from launcher.contract.errors import ConfigError, Problem
 from launcher.contract.exits import INTERNAL_ERROR, STARTUP_DEADLINE, signal_name
 from launcher.contract.plan import Plan
 from launcher.contract.redact import Scrubber, secret_values
+from launcher.stderr import say
 from launcher.supervise.outcome import TERMINATION_LIMIT, Outcome
 
 if TYPE_CHECKING:
@@ -52,7 +52,7 @@ def run(cli_settings: dict[str, Any]) -> int:
         settings = load_settings(**cli_settings)
         termination_log = settings.termination_log
         for problem in unknown_env(os.environ):
-            print(problem.line("warning"), file=sys.stderr, flush=True)
+            say(problem.line("warning"))
         recipe = load_recipe(settings.recipe_source, name_given="recipe" in settings.model_fields_set)
         plan = build_plan(settings, recipe)
         if problems := port_problems(plan):
@@ -64,12 +64,12 @@ def run(cli_settings: dict[str, Any]) -> int:
         outcome = _supervise(settings, recipe, plan, scrub)
     except ConfigError as exc:
         for problem in exc.problems:
-            print(scrub(problem.line()), file=sys.stderr, flush=True)
+            say(scrub(problem.line()))
         outcome = Outcome(exc.exit_code, "; ".join(str(p) for p in exc.problems))
     except Exception as exc:  # a bug or an environment failure, not a user mistake: say so, exit 1
         import traceback
 
-        print(scrub(traceback.format_exc()), file=sys.stderr, flush=True)
+        say(scrub(traceback.format_exc()).rstrip("\n"))
         outcome = Outcome(INTERNAL_ERROR.number, INTERNAL_ERROR.says(error=f"{type(exc).__name__}: {exc}"))
     if outcome.exit_code != 0:
         write_termination_message(termination_log, scrub(outcome.termination_message()))
