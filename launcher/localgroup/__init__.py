@@ -21,9 +21,15 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from collections.abc import Collection
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # `probe` builds this parser too: the runner's modules load only for local-group
+    from launcher.localgroup.group import GroupLayout
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,12 +81,12 @@ def command(ns: argparse.Namespace, argv: list[str]) -> int:
     import shutil
     import tempfile
 
-    from launcher.config.recipe_file import load_recipe
-    from launcher.config.settings import load_settings
     from launcher.contract.errors import ConfigError
-    from launcher.localgroup.group import LWS_ENV, GroupLayout, LocalGroup, RunnerError, run_group
-    from roles.derive import select_pool
+    from launcher.localgroup.group import LWS_ENV, LocalGroup, RunnerError, run_group
 
+    for name in LWS_ENV:  # the runner is no pod: its own env must not choose a role
+        os.environ.pop(name, None)
+    request = _request(ns)  # every option is checked before any namespace exists
     missing = [tool for tool in ("unshare", "nsenter", "ip", "mount") if shutil.which(tool) is None]
     if missing:
         raise ConfigError.one("local-group", f"needs {', '.join(missing)}", "install util-linux and iproute2")
@@ -88,40 +94,118 @@ def command(ns: argparse.Namespace, argv: list[str]) -> int:
         # The same command as root of new user, network and mount namespaces (same pid: signals reach it).
         os.execvp("unshare", ["unshare", "-rnm", "--propagation", "private", sys.executable, "-m", "launcher",
                               *argv, "--no-unshare"])  # fmt: skip
-    for name in LWS_ENV:  # the runner is no pod: its own env must not choose a role
-        os.environ.pop(name, None)
+    workdir = request.workdir or Path(tempfile.mkdtemp(prefix="llmd-local-group-"))
+    group = LocalGroup(
+        request.layout,
+        workdir,
+        {**{k: v for k, v in os.environ.items() if k not in LWS_ENV}, **request.env},
+        request.probe_port,
+        say=lambda line: print(line, flush=True),
+        per_pod_env=request.per_pod_env,
+    )
+    try:
+        return run_group(group, request.leader_dns_after, ns.status_every, grace=request.grace)
+    except RunnerError as exc:
+        print(f"llm-d-launcher local-group: {exc}", file=sys.stderr, flush=True)
+        return 1
+
+
+@dataclass(frozen=True)
+class GroupRequest:
+    """What the options ask for, checked: the group's layout and what each pod gets besides."""
+
+    layout: GroupLayout
+    env: dict[str, str]  # over the runner's own env, for every pod
+    per_pod_env: dict[int, dict[str, str]]
+    leader_dns_after: float | None  # None: never
+    probe_port: int
+    grace: float  # seconds the runner waits after SIGTERM before SIGKILL
+    workdir: Path | None  # None: a new temporary directory
+
+
+def _request(ns: argparse.Namespace) -> GroupRequest:
+    """Every option checked, one ConfigError naming it: nothing may fail once namespaces exist."""
+    from launcher.config.recipe_file import load_recipe
+    from launcher.config.settings import load_settings
+    from launcher.contract.errors import ConfigError
+    from launcher.localgroup.group import FIRST_POD_HOST, GroupLayout
+    from roles.derive import select_pool
+
     given = {"recipe": ns.recipe, "recipe_file": ns.recipe_file, "pool": ns.pool}
     settings = load_settings(**given)
     recipe = load_recipe(settings.recipe_source, name_given="recipe" in settings.model_fields_set)
     pool_name, pool = select_pool(settings, recipe)
-    size = ns.size or pool.nodes
+    if ns.size is not None and ns.size < 1:
+        raise ConfigError.one("--size", f"{ns.size} is not a number of pods", "give 1 or more")
+    size = pool.nodes if ns.size is None else ns.size
     after = None if ns.leader_dns_after == "never" else _seconds(ns.leader_dns_after)
+    if not 0 < ns.status_every < float("inf"):
+        raise ConfigError.one(
+            "--status-every", f"{ns.status_every!r} is not a number of seconds", "give e.g. 5"
+        )
     lws = ns.lws_name or "".join(c if c.isalnum() else "-" for c in f"{recipe.name}-{pool_name}".lower())
+    _dns_label("--lws-name", lws)
+    _dns_label("--namespace", ns.namespace)
     services = tuple(_service(item, recipe.pools) for item in ns.service)
     layout = GroupLayout(lws, size, namespace=ns.namespace, services=services)
-    env = {k: v for k, v in os.environ.items() if k not in LWS_ENV}
-    env.update({f"LLMD_{k.upper()}": str(v) for k, v in given.items() if v is not None})
+    if size + len(services) > layout.capacity:
+        raise ConfigError.one(
+            "--size",
+            f"{size} pods and {len(services)} service pod(s) do not fit the group's network "
+            f"{layout.network} ({layout.capacity} addresses from .{FIRST_POD_HOST})",
+            f"give at most {layout.capacity - len(services)}",
+        )
+    _dns_label("--lws-name", layout.pod_name(size - 1))  # the longest pod name
+    env = {f"LLMD_{k.upper()}": str(v) for k, v in given.items() if v is not None}
     for item in ns.env:
         key, sep, value = item.partition("=")
         if not sep or not key:
             raise ConfigError.one("--env", "is not KEY=VALUE", "write it as --env NAME=value")
         env[key] = value
-    per_pod = _pod_env(ns.pod_env, size)
-    workdir = Path(ns.workdir or tempfile.mkdtemp(prefix="llmd-local-group-"))
-    workdir.mkdir(parents=True, exist_ok=True)
-    group = LocalGroup(
+    return GroupRequest(
         layout,
-        workdir,
         env,
+        _pod_env(ns.pod_env, size),
+        after,
         settings.probe_port,
-        say=lambda line: print(line, flush=True),
-        per_pod_env=per_pod,
+        settings.grace_seconds + 10,
+        _workdir(ns.workdir) if ns.workdir else None,
     )
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def _dns_label(option: str, name: str) -> None:
+    """Kubernetes names the pods, Services and namespace with DNS labels (RFC 1123): the pods'
+    hostnames and /etc/hosts names are made of them."""
+    from launcher.contract.errors import ConfigError
+
+    if not _DNS_LABEL.fullmatch(name):
+        raise ConfigError.one(
+            option,
+            f"{name!r} is not a DNS label (at most 63 of a-z, 0-9 and '-', a letter or digit at each end)",
+            "give a name like my-group (pod names add -<group>-<index> to --lws-name)",
+        )
+
+
+def _workdir(text: str) -> Path:
+    from launcher.contract.errors import ConfigError
+
+    path = Path(text)
     try:
-        return run_group(group, after, ns.status_every, grace=settings.grace_seconds + 10)
-    except RunnerError as exc:
-        print(f"llm-d-launcher local-group: {exc}", file=sys.stderr, flush=True)
-        return 1
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError.one(
+            "--workdir",
+            f"{text!r} cannot be made a directory ({exc.strerror or exc})",
+            "give a directory path",
+        ) from None
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ConfigError.one(
+            "--workdir", f"{text!r} is not writable", "give a directory this user can write"
+        )
+    return path
 
 
 def _seconds(text: str) -> float:
@@ -162,4 +246,5 @@ def _service(item: str, pools: Collection[str]) -> tuple[str, str]:
     if not (sep and pool and name) or pool not in pools:
         fix = "e.g. --service mooncake-master=mooncake-master"
         raise ConfigError.one("--service", f"{item!r} is not POOL=NAME with POOL a pool of the recipe", fix)
+    _dns_label("--service", name)
     return pool, name

@@ -48,6 +48,11 @@ class GroupLayout:
     services: tuple[tuple[str, str], ...] = ()  # (pool, Service name): one pod each, beside the group
 
     @property
+    def capacity(self) -> int:
+        """Pods the network holds: host numbers from FIRST_POD_HOST up to, not including, broadcast."""
+        return self.network.num_addresses - 1 - FIRST_POD_HOST
+
+    @property
     def gateway(self) -> str:
         return str(self.network.network_address + 1)
 
@@ -59,13 +64,17 @@ class GroupLayout:
     def pods(self) -> tuple[LocalPod, ...]:
         pods = []
         for index in range(self.size):
-            name = f"{self.lws}-{self.group}" + (f"-{index}" if index else "")
+            name = self.pod_name(index)
             ip = str(self.network.network_address + FIRST_POD_HOST + index)
             pods.append(LocalPod(index, name, f"{name}.{self.lws}.{self.namespace}", ip))
         for k, (pool, service) in enumerate(self.services, start=self.size):
             ip = str(self.network.network_address + FIRST_POD_HOST + k)
             pods.append(LocalPod(k, service, f"{service}.{self.namespace}", ip, service_pool=pool))
         return tuple(pods)
+
+    def pod_name(self, index: int) -> str:
+        """LWS's: `<lws>-<group>` for the leader, `<lws>-<group>-<index>` for a worker."""
+        return f"{self.lws}-{self.group}" + (f"-{index}" if index else "")
 
     def hosts(self, leader_resolves: bool) -> str:
         """/etc/hosts for every pod; without the leader's entry while its DNS record is not there yet."""

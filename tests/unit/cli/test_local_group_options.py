@@ -1,0 +1,79 @@
+"""`local-group` refuses a bad option in one line, exit 2, before it re-executes itself under
+`unshare` (so before any namespace, bridge or pod exists); good options reach that exec."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+import pytest
+
+from launcher.localgroup.group import GroupLayout
+
+
+class Exec(Exception):
+    """Raised instead of os.execvp: the runner would now become the namespaces' root."""
+
+
+@pytest.fixture
+def execs() -> Iterator[list[list[str]]]:
+    calls: list[list[str]] = []
+
+    def execvp(file: str, args: list[str]) -> None:
+        calls.append(args)
+        raise Exec
+
+    with mock.patch("os.execvp", execvp):
+        yield calls
+
+
+BAD = [
+    (["--size", "-1"], "--size"),
+    (["--size", "0"], "--size"),
+    (["--size", "300"], "--size"),
+    (["--size", "244", "--service", "decode=svc", "--service", "prefill=svc2"], "--size"),
+    (["--workdir", "/dev/null"], "--workdir"),
+    (["--workdir", "/dev/null/sub"], "--workdir"),
+    (["--lws-name", "a\nb"], "--lws-name"),
+    (["--lws-name", "a/b"], "--lws-name"),
+    (["--lws-name", "Upper"], "--lws-name"),
+    (["--lws-name", "x" * 60], "--lws-name"),  # its workers' pod names pass 63 characters
+    (["--namespace", "a b"], "--namespace"),
+    (["--namespace", "a.b"], "--namespace"),
+    (["--service", "decode=a/b"], "--service"),
+    (["--status-every", "nan"], "--status-every"),
+    (["--status-every", "0"], "--status-every"),
+    (["--leader-dns-after", "inf"], "--leader-dns-after"),
+    (["--pod-env", "2:A=1"], "--pod-env"),
+    (["--env", "=1"], "--env"),
+]
+
+
+@pytest.mark.parametrize(("args", "option"), BAD, ids=lambda v: repr(v) if isinstance(v, list) else None)
+def test_a_bad_option_is_refused_before_any_namespace_exists(
+    run_cli: Any, execs: list[list[str]], args: list[str], option: str
+) -> None:
+    code, out, err = run_cli("local-group", "--pool", "prefill", *args)
+    assert code == 2 and out == "" and execs == [], err
+    (line,) = err.splitlines()
+    assert line.startswith(f"llm-d-launcher: error: {option}"), line
+
+
+@pytest.mark.parametrize(
+    "args", [[], ["--size", "1"], ["--size", "245"], ["--lws-name", "g", "--namespace", "ns-1"]], ids=repr
+)
+def test_good_options_reach_the_unshare(
+    run_cli: Any, execs: list[list[str]], tmp_path: Path, args: list[str]
+) -> None:
+    with pytest.raises(Exec):
+        run_cli("local-group", "--pool", "prefill", "--workdir", str(tmp_path / "w"), *args)
+    assert execs[0][:5] == ["unshare", "-rnm", "--propagation", "private", execs[0][4]]
+    assert (tmp_path / "w").is_dir()
+
+
+def test_every_pod_of_a_full_group_is_inside_the_network() -> None:
+    layout = GroupLayout("g", GroupLayout("g", 1).capacity)
+    last = layout.pods[-1].ip
+    assert last == "10.77.0.254" and layout.network.broadcast_address.compressed != last
