@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.config.defaults import LOCAL_GROUP_TAG
+from launcher.supervise.spawn import die_with
 
 NETWORK = ipaddress.IPv4Network("10.77.0.0/24")  # inside the runner's own network namespace only
 FIRST_POD_HOST = 10  # pod i gets the network's host number 10 + i; .1 is the bridge
@@ -123,7 +124,9 @@ class RunningPod:
 
 @dataclass
 class LocalGroup:
-    """Brings the group's network up, starts `llm-d-launcher run` in each pod, and takes it all down."""
+    """Brings the group's network up, starts `llm-d-launcher run` in each pod, and takes it all down.
+    Whatever it starts gets SIGKILL when the runner dies, even of SIGKILL (a parent-death signal,
+    kept across nsenter's and unshare's exec); a launcher's own children die with it in turn."""
 
     layout: GroupLayout
     workdir: Path
@@ -163,6 +166,7 @@ class LocalGroup:
              "pod-namespaces", pod.name],
             stdout=subprocess.PIPE,
             stdin=subprocess.DEVNULL,
+            preexec_fn=die_with(os.getpid()),
         )  # fmt: skip
         assert holder.stdout is not None
         ready, _, _ = select.select([holder.stdout], [], [], 10)
@@ -217,6 +221,7 @@ class LocalGroup:
                     stdout=log,
                     stderr=subprocess.STDOUT,
                     start_new_session=True,  # a terminal's Ctrl-C reaches the runner, which forwards it
+                    preexec_fn=die_with(os.getpid()),  # its launcher takes its own children along
                 )  # fmt: skip
 
     def _write_manifest(self) -> None:

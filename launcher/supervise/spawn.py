@@ -85,7 +85,7 @@ class SubprocessSpawner:
             stderr=subprocess.PIPE,
             start_new_session=True,  # its own process group: signals reach its whole tree
             close_fds=True,
-            preexec_fn=_die_with(os.getpid()),
+            preexec_fn=die_with(os.getpid()),
         )
         self._popens[popen.pid] = popen
         return popen
@@ -138,7 +138,7 @@ def become_subreaper() -> None:
         libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 
 
-def _die_with(parent: int) -> Callable[[], None]:
+def die_with(parent: int) -> Callable[[], None]:
     """In the child before exec: SIGKILL it when the launcher dies, even of SIGKILL (outside PID 1 the
     engine would otherwise live on as an orphan, its port still answering). The kernel sends it when
     the *thread* that forked exits: the launcher forks from its main thread, which lives until exit."""
