@@ -4,6 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# What str.splitlines breaks lines on, and many log readers too.
+_ESCAPED_BREAKS = {
+    ord(c): c.encode("unicode_escape").decode() for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
+}
+
 
 @dataclass(frozen=True)
 class Problem:
@@ -17,9 +22,8 @@ class Problem:
         return f"{self.setting}: {self.message}; {self.fix}"
 
     def line(self, severity: str = "error") -> str:
-        """As printed: one line, even when a value in it holds a newline or carriage return."""
-        text = str(self).replace("\r", "\\r").replace("\n", "\\n")
-        return f"llm-d-launcher: {severity}: {text}"
+        """As printed: one line, even when a value in it holds a line break (escaped as \\n, \\x1e...)."""
+        return f"llm-d-launcher: {severity}: {str(self).translate(_ESCAPED_BREAKS)}"
 
 
 class ConfigError(Exception):

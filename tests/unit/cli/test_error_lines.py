@@ -88,3 +88,12 @@ def test_a_short_grace_leaves_the_engine_most_of_it(grace: int) -> None:
     budget: Any = ShutdownBudget.from_grace(grace)
     assert budget.engine_deadline >= 0.75 * grace, budget
     assert 0 < budget.engine_deadline < budget.kill_at < grace
+
+
+@pytest.mark.parametrize("brk", ["\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029"])
+def test_every_line_break_in_a_value_keeps_the_error_on_one_line(run_cli: Run, brk: str) -> None:
+    """str.splitlines (and many log readers) break lines on these as well; the generated-input step
+    found one in an unknown flag's name (LLMD_EXTRA_ARGS='-\\x1e')."""
+    code, _, err = run_cli("plan", env={"LLMD_EXTRA_ARGS": f"-{brk}"})
+    assert code == 2 and len(err.splitlines()) == 1, repr(err)
+    assert err.startswith("llm-d-launcher: error: ") and brk not in err
