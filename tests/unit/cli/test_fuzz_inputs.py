@@ -1,16 +1,21 @@
-"""Generated hostile input (env, CLI args, recipe files) through `main([...])` in-process: whatever
-comes in, the launcher answers with exit 0 or 2, one line per problem, in bounded time, no traceback
-and no secret echoed. 4,000 + 3,000 + 3,000 = 10,000 generated cases in total."""
+"""Generated hostile input (env, CLI args, recipe files, `local-group` options) through `main([...])`
+in-process, and generated checkpoints through the checkpoint check: whatever comes in, the launcher
+answers with exit 0 or 2, one line per problem (or one problem per bad file), in bounded time, no
+traceback and no secret echoed. 3,500 + 2,500 + 2,500 + 500 + 1,000 = 10,000 generated cases."""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import itertools
+import json
 import os
+import re
+import struct
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 from unittest import mock
 
 import pytest
@@ -34,7 +39,8 @@ _TEXT = st.lists(
     max_size=6,
 ).map("".join)
 _NUMBERISH = st.one_of(
-    st.integers(-3, 70000).map(str), st.sampled_from(["", "nan", "inf", "1e400", "0x1", " 1"])
+    st.integers(-3, 70000).map(str),
+    st.sampled_from(["", "nan", "inf", "-inf", "1e400", "1e309", "1e300", "0x1", " 1", "0.5"]),
 )
 _VALUE = st.one_of(_TEXT, _NUMBERISH)
 
@@ -42,7 +48,8 @@ ENV_NAMES = [
     "LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "POD_IP", "POD_NAME", "POD_NAMESPACE",
     "NODE_NAME", "TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES", "LLMD_RECIPE", "LLMD_POOL", "LLMD_GPUS_PER_NODE",
     "LLMD_EXTRA_ARGS", "LLMD_EXTRA_ENV", "LLMD_RUNTIME_DIR", "LLMD_CHECK_FLAGS", "LLMD_GRACE_SECONDS",
-    "LLMD_PROBE_PORT", "LLMD_LOG_FORMAT", "LLMD_CHECK_INTERVAL", "LLMD_RECIPE_FILE",
+    "LLMD_PROBE_PORT", "LLMD_LOG_FORMAT", "LLMD_CHECK_INTERVAL", "LLMD_RECIPE_FILE", "LLMD_CHECK_TIMEOUT",
+    "LLMD_CANARY_SECONDS", "LLMD_STARTUP_SECONDS",
 ]  # fmt: skip
 _GOOD = {
     "LLMD_RECIPE": st.sampled_from(["kimi-k3.1-pro", "vllm-single-pod"]),
@@ -97,7 +104,7 @@ def _check(argv: list[str], env: Mapping[str, str], codes: tuple[int, ...] = (0,
         assert line.startswith(("llm-d-launcher: error: ", "note: ")), line
 
 
-@settings(FUZZ, max_examples=4000)
+@settings(FUZZ, max_examples=3500)
 @given(env=ENVS, fmt=st.sampled_from(["text", "shell", "json"]), group=st.booleans())
 def test_fuzz_env(env: dict[str, str], fmt: str, group: bool) -> None:
     _check(["plan", "--format", fmt, *(["--group"] if group else [])], env)
@@ -116,7 +123,7 @@ ARGV = st.lists(
 ).flatmap(lambda opts: st.tuples(*[st.tuples(st.just(o), _VALUE) for o in opts]))
 
 
-@settings(FUZZ, max_examples=3000)
+@settings(FUZZ, max_examples=2500)
 @given(
     command=st.sampled_from(["plan", "probe", "recipes", "bogus"]),
     argv=ARGV,
@@ -161,8 +168,6 @@ _HOSTILE_YAML = st.sampled_from(
 
 @st.composite
 def recipes(draw: st.DrawFn) -> str:
-    import json
-
     if draw(st.integers(0, 4)) == 0:
         return draw(st.one_of(_HOSTILE_YAML, _TEXT))
     pool: dict[str, object] = {
@@ -186,7 +191,9 @@ def recipes(draw: st.DrawFn) -> str:
         "pools": {"p": pool},
         "launcher": draw(
             st.dictionaries(
-                st.sampled_from(["extra_args", "grace_seconds", "worker_index", "x"]), _SCALAR, max_size=2
+                st.sampled_from(["extra_args", "grace_seconds", "worker_index", "x", "startup_seconds"]),
+                st.one_of(_SCALAR, st.sampled_from([float("inf"), float("nan"), 1e300])),
+                max_size=2,
             )
         ),
     }
@@ -197,7 +204,7 @@ def recipes(draw: st.DrawFn) -> str:
 _CASE = itertools.count()
 
 
-@settings(FUZZ, max_examples=3000)
+@settings(FUZZ, max_examples=2500)
 @given(text=recipes(), fmt=st.sampled_from(["text", "shell", "json"]))
 def test_fuzz_recipe_files(text: str, fmt: str) -> None:
     path = Path(os.environ.get("TMPDIR", "/tmp")) / f"llmd-fuzz-{os.getpid()}-{next(_CASE)}.yaml"
@@ -206,3 +213,111 @@ def test_fuzz_recipe_files(text: str, fmt: str) -> None:
         _check(["plan", "--format", fmt, "--recipe-file", str(path)], {"POD_IP": "10.0.0.1"})
     finally:
         path.unlink(missing_ok=True)
+
+
+# local-group: every option, good and hostile; a case that passes every check reaches the exec of
+# `unshare` (stubbed: exit 0), so nothing here makes a namespace, a bridge or a pod.
+_LG_OPTIONS = {
+    "--size": st.one_of(st.integers(-2, 300).map(str), _NUMBERISH),
+    "--lws-name": st.one_of(st.sampled_from(["g", "a/b", "a\nb", "Up", "x" * 64, "-a"]), _TEXT),
+    "--namespace": st.one_of(st.sampled_from(["default", "a b", "a.b", "ns-1"]), _TEXT),
+    "--env": st.one_of(st.sampled_from(["A=1", "=1", "A", f"HF_TOKEN={SECRET}"]), _TEXT),
+    "--pod-env": st.one_of(st.sampled_from(["0:A=1", "1:A=1", "9:A=1", "x:A=1", "0:A"]), _TEXT),
+    "--service": st.one_of(st.sampled_from(["decode=svc", "decode=a/b", "nope=x", "decode="]), _TEXT),
+    "--leader-dns-after": st.one_of(st.sampled_from(["0", "2.5", "never", "inf", "nan", "-1"]), _TEXT),
+    "--status-every": _NUMBERISH,
+    "--pool": st.sampled_from(["prefill", "decode", "tpu", "mooncake-donor", "nope"]),
+    "--workdir": st.sampled_from(["/dev/null", "/dev/null/x", "/proc/version", "WORKDIR"]),
+}
+LOCAL_GROUP = st.lists(st.sampled_from(sorted(_LG_OPTIONS)), max_size=5).flatmap(
+    lambda names: st.tuples(*[st.tuples(st.just(n), _LG_OPTIONS[n]) for n in names])
+)
+
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+@settings(FUZZ, max_examples=500)
+@given(options=LOCAL_GROUP)
+def test_fuzz_local_group_options(options: tuple[tuple[str, str], ...], tmp_path_factory: Any) -> None:
+    """A case that reaches the exec of `unshare` runs again as the re-executed runner would
+    (--no-unshare), with the group itself stubbed: whatever it would build must be a group LWS could
+    make, inside the network, and nothing may fail there."""
+    workdir = str(tmp_path_factory.mktemp("lg"))
+    words = ["local-group", *(w.replace("WORKDIR", workdir) for pair in options for w in pair)]
+    execs: list[list[str]] = []
+
+    def execvp(file: str, args: list[str]) -> None:
+        execs.append(args)
+        raise SystemExit(0)
+
+    with (
+        mock.patch("os.execvp", execvp),
+        mock.patch("tempfile.mkdtemp", return_value=workdir),
+        mock.patch("launcher.localgroup.group.LocalGroup") as group,
+        mock.patch("launcher.localgroup.group.run_group", return_value=0),
+    ):
+        _check(words, {})
+        if execs:
+            _check([*words, "--no-unshare"], {})
+    for call in group.call_args_list:
+        layout = call.args[0]
+        hosts = {str(ip) for ip in layout.network.hosts()} - {layout.gateway}
+        assert all(pod.ip in hosts and _DNS_LABEL.fullmatch(pod.name) for pod in layout.pods), words
+        assert layout.size >= 1 and _DNS_LABEL.fullmatch(layout.namespace), words
+
+
+# Checkpoints: an index and shards whose headers are generated, hostile shapes included.
+_LENGTHS = st.one_of(st.integers(0, 300), st.sampled_from([2**63, 2**64 - 1, 100 << 20, 8]))
+_HEADER_JSON = st.one_of(
+    _JSONISH.map(lambda v: json.dumps(v, allow_nan=True).encode()),
+    st.sampled_from(
+        [
+            b'{"t": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}',
+            b'{"t": {"data_offsets": [0, 4000]}}',
+            b'{"t": {"data_offsets": [true, 4]}, "__metadata__": {"a": "b"}}',
+            b'{"__metadata__": [1]}',
+            b"[" * 5000 + b"]" * 5000,
+            b'{"t": ' + b"[" * 5000 + b"]" * 5000 + b"}",
+            b"{" + b'"a":{},' * 50,
+            SECRET.encode(),
+        ]
+    ),
+)
+_WEIGHT_MAP = st.one_of(
+    st.dictionaries(
+        _TEXT, st.one_of(st.sampled_from(["s0.safetensors", "../secret", "/etc/hostname"]), _TEXT)
+    ),
+    _JSONISH,
+)
+
+
+@st.composite
+def checkpoints(draw: st.DrawFn) -> tuple[object, list[tuple[int, bytes]]]:
+    shards = draw(st.lists(st.tuples(_LENGTHS, _HEADER_JSON), min_size=1, max_size=3))
+    return draw(st.one_of(st.none(), _WEIGHT_MAP)), shards
+
+
+@settings(FUZZ, max_examples=1000)
+@given(case=checkpoints())
+def test_fuzz_checkpoints(case: tuple[object, list[tuple[int, bytes]]], tmp_path_factory: Any) -> None:
+    from launcher.supervise.host import checkpoint
+
+    weight_map, shards = case
+    base = tmp_path_factory.mktemp("ckpt")
+    (base / "secret").write_text(SECRET)
+    root = base / "m"
+    root.mkdir()
+    (root / "config.json").write_text("{}")
+    (root / "tokenizer.json").write_text("{}")
+    for i, (declared, header) in enumerate(shards):
+        length = len(header) if declared == 8 else declared  # 8: the true length
+        (root / f"s{i}.safetensors").write_bytes(struct.pack("<Q", length) + header + b"\0" * 64)
+    if weight_map is not None:
+        (root / checkpoint.INDEX).write_text(json.dumps({"weight_map": weight_map}, allow_nan=True))
+    began = time.monotonic()
+    with mock.patch.object(checkpoint, "SETTLE_SECONDS", 0.0):
+        problems = checkpoint.check_checkpoint(str(root))
+    assert time.monotonic() - began < CASE_SECONDS
+    for problem in problems:
+        assert SECRET not in problem.line() and "\n" not in problem.line(), problem.line()
