@@ -90,6 +90,12 @@ def _needs_dict(needs: HostNeeds) -> dict[str, Any]:
         "flag_catalog": None
         if needs.engine_package is None
         else {"package": needs.engine_package, "version": needs.catalog_version},
+        "rdma": None
+        if needs.rdma is None
+        else {"env": list(needs.rdma.env), "required_by": needs.rdma.required_by},
+        "store_master": None
+        if needs.store_master is None
+        else {"rpc": needs.store_master.rpc, "metadata_server": needs.store_master.metadata_server},
         "advisory": list(needs.advisory),
     }
 
@@ -113,6 +119,14 @@ def _needs_text(needs: HostNeeds) -> list[str]:
             f"  flags checked against the {needs.engine_package} {needs.catalog_version} catalogue; "
             "the installed version is compared at run"
         )
+    if needs.rdma is not None:
+        names = ", ".join(needs.rdma.env) or "the store client's devices"
+        required = f"; required by {needs.rdma.required_by}" if needs.rdma.required_by else ""
+        out.append(f"  rdma: {names} <- the pod's active RDMA ports (none: left unset){required}")
+    if needs.store_master is not None:
+        master = needs.store_master
+        where = master.metadata_server or "no HTTP metadata server"
+        out.append(f"  {master.name} {master.rpc} and {where}: reachable (LLMD_STORE_MASTER_WAIT_SECONDS)")
     if needs.advisory:
         out.append(f"  advisory (warn, do not refuse): {', '.join(needs.advisory)}")
     return (

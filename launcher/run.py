@@ -257,9 +257,11 @@ async def _prepare(
         runtime_dir=settings.runtime_dir,
         shm_dir=settings.shm_dir,
         log=log,
+        sysfs_root=settings.sysfs_root,
+        store_master_wait_seconds=settings.store_master_wait_seconds,
     )
-    if host.ifname:
-        plan = build_plan(settings, recipe, found=replace(found, interface=host.ifname))
+    if host.ifname or host.rdma:
+        plan = build_plan(settings, recipe, found=replace(found, interface=host.ifname, rdma=host.rdma))
     _log_host_facts(plan, host, log, health)
     log.info(
         "plan ready",

@@ -7,7 +7,7 @@ from dataclasses import dataclass, replace
 
 from launcher.config.recipe import Pool, Recipe
 from launcher.config.settings import Settings
-from launcher.contract.plan import Plan, ShutdownBudget
+from launcher.contract.plan import Plan, RdmaPort, ShutdownBudget
 from launcher.contract.redact import is_secret_name
 from roles.context import BuildContext
 from roles.derive import derive_role
@@ -21,6 +21,7 @@ class FoundInPod:
 
     leader_ip: str | None = None  # LWS_LEADER_ADDRESS resolved (ZMQ and NCCL want an IP)
     interface: str | None = None  # the network interface that holds POD_IP (preflight finds it)
+    rdma: tuple[RdmaPort, ...] = ()  # the pod's active RDMA ports (preflight reads them from sysfs)
 
 
 NOTHING_FOUND = FoundInPod()
@@ -55,12 +56,13 @@ def build_plan(
         startup_seconds=settings.startup_seconds,
     )
     from roles.engines import family_of
-    from roles.needs import fill_interface, with_host_needs
+    from roles.needs import fill_interface, fill_rdma, with_host_needs
 
     family = family_of(derived.pool)
     plan = family.build(ctx, derived.pool)
     plan = replace(plan, notes=(*plan.notes, *_input_notes(settings, recipe, derived.pool, ctx.shutdown)))
     plan = with_host_needs(plan, family, derived.pool, derived.role.pool, derived.pod.pod_ip)
+    plan = fill_rdma(plan, found.rdma)
     return plan if found.interface is None else fill_interface(plan, found.interface)
 
 

@@ -14,10 +14,13 @@ from launcher.contract.plan import (
     IFNAME_PLACEHOLDER,
     POD_IP_PLACEHOLDER,
     DerivedEnv,
+    FileSpec,
     HostNeeds,
     ModuleNeed,
     Plan,
     ProcessSpec,
+    RdmaNeed,
+    RdmaPort,
 )
 from roles.engines.family import EngineFamily
 from roles.flags import load_catalog
@@ -27,6 +30,8 @@ from roles.memory import plan_memory
 _LOAD_FORMAT_MODULES = {"fastsafetensors": ("fastsafetensors", "fastsafetensors")}
 # Interface variables gloo and NCCL read.
 _IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+# What names the RDMA ports an engine's collectives and NIXL use: NCCL's IB transport and UCX.
+_ENGINE_RDMA_VARS = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "UCX_NET_DEVICES", "UCX_IB_GID_INDEX")
 
 
 def with_host_needs(plan: Plan, family: EngineFamily[Any], pool: Pool, pool_name: str, pod_ip: str) -> Plan:
@@ -35,8 +40,12 @@ def with_host_needs(plan: Plan, family: EngineFamily[Any], pool: Pool, pool_name
     advisory = tuple(pool.host.advisory)
     memory = plan_memory(pool, pool_name)
     shm = family.shm_segments
+    where = f"pools.{pool_name}"
+    master = family.store_master(pool, where)
+    rdma = _rdma_need(family.rdma(pool, where), network=family.host_ip_var is not None)
     if family.catalog is None or family.host_ip_var is None:
-        return replace(plan, needs=HostNeeds(memory=memory, advisory=advisory, shm_segments=shm))
+        needs = HostNeeds(memory=memory, advisory=advisory, shm_segments=shm, rdma=rdma, store_master=master)
+        return replace(plan, needs=needs)
     engine = plan.engine
     flags = _flag_values(engine.argv)
     network = pod_ip != POD_IP_PLACEHOLDER or plan.role.group_size > 1
@@ -55,6 +64,8 @@ def with_host_needs(plan: Plan, family: EngineFamily[Any], pool: Pool, pool_name
         host_ip_var=family.host_ip_var,
         shm_segments=shm,
         derived_env=derived,
+        rdma=rdma,
+        store_master=master,
         advisory=advisory,
     )
     processes = (replace(engine, env=env), *plan.processes[1:])
@@ -94,6 +105,54 @@ def fill_interface(plan: Plan, ifname: str) -> Plan:
         for p in plan.processes
     )
     return replace(plan, processes=processes)
+
+
+def _rdma_need(transfers: RdmaNeed | None, *, network: bool) -> RdmaNeed | None:
+    """An engine names its RDMA ports for NCCL and UCX; its family adds what its transfers name."""
+    if not network:
+        return transfers
+    transfers = transfers or RdmaNeed()
+    return replace(transfers, env=tuple(dict.fromkeys((*_ENGINE_RDMA_VARS, *transfers.env))))
+
+
+def rdma_values(ports: Sequence[RdmaPort]) -> dict[str, str]:
+    """The RDMA variables for these ports. NCCL's `=` takes the names exactly (not as prefixes: mlx5_1
+    would also match mlx5_10). One GID index serves every port, so it is set only when all RoCE ports
+    agree (and no port is InfiniBand, where the index is not a RoCE choice)."""
+    names = ",".join(p.name for p in ports)
+    values = {"NCCL_IB_HCA": f"={names}", "UCX_NET_DEVICES": names}
+    gids = {p.gid_index for p in ports}
+    if all(p.link_layer == "Ethernet" for p in ports) and len(gids) == 1 and None not in gids:
+        index = str(gids.pop())
+        values |= {"NCCL_IB_GID_INDEX": index, "UCX_IB_GID_INDEX": index, "MC_GID_INDEX": index}
+    return values
+
+
+def fill_rdma(plan: Plan, ports: Sequence[RdmaPort]) -> Plan:
+    """The plan as spawned on a pod with these RDMA ports: the engine's RDMA variables, a Mooncake store
+    file's device_name and a donor's --device_names, wherever the recipe left them unset or empty.
+    No ports: nothing changes (a transport is never forced)."""
+    need = plan.needs.rdma
+    if need is None or not ports:
+        return plan
+    values = rdma_values(ports)
+    devices = ",".join(dict.fromkeys(p.device for p in ports))
+    engine = plan.engine
+    env = dict(engine.env)
+    env.update({k: values[k] for k in need.env if k in values and k not in env})
+    flag = need.device_flag
+    argv = tuple(f"{flag}{devices}" if word == flag else word for word in engine.argv)
+    config = engine.env.get(need.device_file_env) if need.device_file_env else None
+    files = tuple(_with_device_name(f, devices) if f.path == config else f for f in plan.files)
+    processes = (replace(engine, env=env, argv=argv), *plan.processes[1:])
+    return replace(plan, processes=processes, files=files)
+
+
+def _with_device_name(file: FileSpec, devices: str) -> FileSpec:
+    config = json.loads(file.content)
+    if config.get("device_name"):
+        return file
+    return replace(file, content=json.dumps({**config, "device_name": devices}, indent=2) + "\n")
 
 
 def _flag_values(argv: Sequence[str]) -> dict[str, str]:

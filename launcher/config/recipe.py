@@ -198,7 +198,16 @@ class MooncakeStoreSpec(_Data):
         return value
 
 
-PreflightCheck = Literal["network", "memory", "memlock", "checkpoint", "drafter", "packages"]
+PreflightCheck = Literal[
+    "network",
+    "memory",
+    "memlock",
+    "checkpoint",
+    "drafter",
+    "packages",
+    "rdma",
+    "store-master",
+]
 
 
 class HostSpec(_Data):

@@ -249,6 +249,19 @@ class Settings(BaseSettings):
         fix="give an absolute directory, or an empty value to skip the /dev/shm clean-up",
         section="run",
     )
+    sysfs_root: str = setting(
+        "/sys",
+        "where the pod's RDMA devices are read (`class/infiniband/`); only tests point it elsewhere",
+        fix="give an absolute directory (default {default})",
+        section="run",
+    )
+    store_master_wait_seconds: float = setting(
+        60.0,
+        "seconds `run` waits for the KV store's master (RPC port, metadata server) its store client uses",
+        fix="give a positive number of seconds",
+        section="run",
+        gt=0,
+    )
     termination_log: str = setting(
         TERMINATION_LOG,
         "why the pod ended, root cause first; empty: skip",
@@ -374,7 +387,7 @@ class Settings(BaseSettings):
             raise ValueError("is not an IP address")
         return value
 
-    @field_validator("runtime_dir")
+    @field_validator("runtime_dir", "sysfs_root")
     @classmethod
     def _runtime_dir_is_absolute(cls, value: str) -> str:
         if not posixpath.isabs(value):

@@ -6,6 +6,9 @@ from __future__ import annotations
 PREFLIGHT = "preflight"
 WAITING_FOR_LEADER = "waiting for leader"
 STARTING = "starting processes"
+# joining the engine's process groups across the pods (torch.distributed, the TP broadcast queues): a
+# multi-host group waits here for its slowest host, and hangs here when its pods cannot meet
+DISTRIBUTED_INIT = "initializing distributed"
 LOADING_WEIGHTS = "loading weights"
 INITIALIZING = "initializing engine"  # profiling memory, allocating the KV cache, compiling
 CAPTURING_GRAPHS = "capturing graphs"
@@ -13,6 +16,6 @@ STARTING_SERVER = "starting API server"
 STARTED = "started"
 STOPPING = "stopping"
 PHASES = (
-    PREFLIGHT, WAITING_FOR_LEADER, STARTING, LOADING_WEIGHTS, INITIALIZING, CAPTURING_GRAPHS,
-    STARTING_SERVER, STARTED, STOPPING,
+    PREFLIGHT, WAITING_FOR_LEADER, STARTING, DISTRIBUTED_INIT, LOADING_WEIGHTS, INITIALIZING,
+    CAPTURING_GRAPHS, STARTING_SERVER, STARTED, STOPPING,
 )  # fmt: skip

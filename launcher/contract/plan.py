@@ -269,6 +269,49 @@ class MemoryItem:
 
 
 @dataclass(frozen=True)
+class RdmaPort:
+    """One active RDMA port of the pod (launcher/supervise/host/rdma.py reads it from sysfs)."""
+
+    device: str  # the HCA, e.g. mlx5_0
+    port: int
+    link_layer: str  # "InfiniBand" or "Ethernet" (RoCE)
+    netdev: str | None = None  # the network interface it sits on, when sysfs says
+    gid_index: int | None = None  # RoCE: the GID index of this port's RoCE v2 address
+
+    @property
+    def name(self) -> str:
+        """device:port, as NCCL_IB_HCA and UCX_NET_DEVICES spell it."""
+        return f"{self.device}:{self.port}"
+
+
+@dataclass(frozen=True)
+class RdmaNeed:
+    """The plan names its RDMA devices from the ports the pod has (found by preflight, filled in by
+    roles.needs.fill_rdma); a plan whose transfers cannot work without one says why."""
+
+    env: tuple[str, ...] = ()  # engine env variables filled in from the ports (unless the recipe set them)
+    required_by: str | None = None  # e.g. "pools.prefill.mooncake_store.config.protocol rdma"
+    fix: str = ""  # how to run without RDMA, for the refusal
+    device_flag: str | None = None  # an argv word `--flag=` left empty gets the device names
+    device_file_env: str | None = None  # names the JSON config whose empty device_name gets them
+
+
+@dataclass(frozen=True)
+class StoreMaster:
+    """The KV store's master (Mooncake's) a pod's store client registers with: checked before start,
+    watched after (healthchecks/store_master.py)."""
+
+    name: str  # how people call it, in problems and logs
+    rpc: str  # host:port of its RPC
+    metadata_server: str | None  # its HTTP metadata server URL (None: not HTTP)
+    setting: str  # the recipe field that names it
+    fix: str  # what to do when it is not there
+    # Its metadata comes back empty when it restarts: True, the client must register again (restart);
+    # False, it is reported only (why: where the family declares it).
+    reregister: bool
+
+
+@dataclass(frozen=True)
 class HostNeeds:
     """What the host the pod lands on must provide; derived from the plan, checked by preflight."""
 
@@ -282,6 +325,8 @@ class HostNeeds:
     host_ip_var: str | None = None  # the engine's own "my IP" variable, which holds POD_IP
     shm_segments: tuple[str, ...] = ()  # regexes of the shared-memory files the engine leaves on a crash
     derived_env: tuple[DerivedEnv, ...] = ()
+    rdma: RdmaNeed | None = None  # the plan names RDMA devices (None: it uses none)
+    store_master: StoreMaster | None = None  # the KV store's master, reachable before start
     advisory: tuple[str, ...] = ()  # checks the recipe marks advisory: a warning, not a refusal
 
     @property

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from launcher.contract.errors import ConfigError, Problem
 from launcher.contract.log import Log
-from launcher.contract.plan import Plan
+from launcher.contract.plan import Plan, StoreMaster
 from launcher.supervise.spawn import search_path
 
 if TYPE_CHECKING:
@@ -96,6 +96,38 @@ async def resolve_leader(name: str, wait_seconds: float, log: Log) -> str:
         "check that the leader pod exists and the LWS headless service publishes it, or raise "
         "LLMD_LEADER_WAIT_SECONDS",
     )
+
+
+async def wait_for_store_master(
+    master: StoreMaster, wait_seconds: float, log: Log, *, once: bool = False
+) -> Problem | None:
+    """The master's RPC port and metadata server, waited for up to wait_seconds (a Deployment and a
+    DaemonSet start in any order), saying every few seconds what is missing. `once`: look one time
+    (the recipe made the check advisory)."""
+    from launcher.supervise.host.store_master import master_problem
+
+    started = time.monotonic()
+    last_log = started - WAIT_LOG_EVERY
+    while True:
+        try:
+            problem = await asyncio.wait_for(in_daemon_thread(master_problem, master, 2.0), timeout=10.0)
+        except asyncio.TimeoutError:
+            problem = "no answer within 10 s (name resolution or the connection hangs)"
+        waited = time.monotonic() - started
+        if problem is None:
+            log.info("store master reachable", master=master.rpc, waited_s=round(waited, 1))
+            return None
+        if once or waited >= wait_seconds:
+            limit = f"LLMD_STORE_MASTER_WAIT_SECONDS={wait_seconds:g}"
+            return Problem(
+                master.name, f"{problem} ({'advisory: looked once' if once else limit})", master.fix
+            )
+        if time.monotonic() - last_log >= WAIT_LOG_EVERY:
+            last_log = time.monotonic()
+            log.info(
+                "waiting for the store master", master=master.rpc, problem=problem, waited_s=round(waited)
+            )
+        await asyncio.sleep(min(1.0, max(0.0, wait_seconds - waited)))
 
 
 # ------------------------------------------------------------------ local checks (each returns problems)
@@ -350,9 +382,19 @@ async def _bounded(what: str, fn: Callable[..., T], *args: Any) -> T:
         ) from None
 
 
-async def run_preflight(plan: Plan, *, bin_path: str, runtime_dir: str, shm_dir: str, log: Log) -> HostReport:
+async def run_preflight(
+    plan: Plan,
+    *,
+    bin_path: str,
+    runtime_dir: str,
+    shm_dir: str,
+    log: Log,
+    sysfs_root: str = "/sys",
+    store_master_wait_seconds: float = 0.0,
+) -> HostReport:
     """All local checks; every problem found is reported at once. Returns what the host checks found
-    (the interface that holds POD_IP, the installed engine) for run to fill in."""
+    (the interface that holds POD_IP, the RDMA ports, the installed engine) for run to fill in. The
+    KV store's master is waited for last, once everything local passed."""
     from launcher.supervise.host import check_host
 
     problems: list[Problem] = []
@@ -362,12 +404,20 @@ async def run_preflight(plan: Plan, *, bin_path: str, runtime_dir: str, shm_dir:
     problems += await _bounded("runtime directory", check_runtime_dir, plan, runtime_dir)
     problems += await _bounded("ports", check_ports_free, plan)
     problems += await _bounded("shm directory", check_shm_dir, plan, shm_dir)
-    host = await _bounded("host", check_host, plan, bin_path)
+    host = await _bounded("host", check_host, plan, bin_path, sysfs_root)
     for warning in host.warnings:
         log.warning("preflight warning", problem=str(warning))
     problems += host.problems
     if problems:
         raise ConfigError(problems)
+    if plan.needs.store_master is not None:
+        advisory = "store-master" in plan.needs.advisory
+        wait = store_master_wait_seconds
+        problem = await wait_for_store_master(plan.needs.store_master, wait, log, once=advisory)
+        if problem is not None and advisory:
+            log.warning("preflight warning", problem=str(problem))
+        elif problem is not None:
+            raise ConfigError([problem])
     if shm_dir:
         removed, failed = await _bounded("shm clean-up", clean_shm, shm_dir, plan.needs.shm_segments)
         log.info(

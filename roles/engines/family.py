@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from launcher.contract.plan import MemoryItem, PhasePattern, Plan, StartupOutput
+from launcher.contract.plan import MemoryItem, PhasePattern, Plan, RdmaNeed, StartupOutput, StoreMaster
 
 if TYPE_CHECKING:
     from roles.context import BuildContext
@@ -23,6 +23,14 @@ def no_host_memory(pool: Any, where: str) -> list[MemoryItem]:
     return []
 
 
+def no_rdma(pool: Any, where: str) -> RdmaNeed | None:
+    return None
+
+
+def no_master(pool: Any, where: str) -> StoreMaster | None:
+    return None
+
+
 @dataclass(frozen=True)
 class EngineFamily(Generic[P]):
     name: str  # how the dry-run names the engine whose output it reads
@@ -31,6 +39,11 @@ class EngineFamily(Generic[P]):
     # What a pod of the pool allocates on the host besides recipe host.engine_memory ("where" names
     # the recipe field in errors): Mooncake segments, host caches.
     host_memory: Callable[[P, str], list[MemoryItem]] = no_host_memory
+    # How a pool's transfers name RDMA devices besides the engine's NCCL/UCX variables (a store
+    # client's device list and GID variable), and what in it cannot work without one (required_by).
+    rdma: Callable[[P, str], RdmaNeed | None] = no_rdma
+    # The KV store's master a pod of the pool registers with (its store client), checked and watched.
+    store_master: Callable[[P, str], StoreMaster | None] = no_master
     catalog: str | None = None  # roles/catalogs/<catalog>.json: the flags recipe args are checked against
     package: str | None = None  # the distribution that catalogue was generated from
     host_ip_var: str | None = None  # the engine's own "my IP" variable, set to POD_IP

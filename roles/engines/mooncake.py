@@ -4,7 +4,7 @@ family (MOONCAKE, at the end) with two pool kinds."""
 from __future__ import annotations
 
 from launcher.config.recipe import Args, MooncakeDonorPool, MooncakeMasterPool
-from launcher.contract.plan import HttpCheck, MemoryItem, Plan, PortSpec, ProcessSpec
+from launcher.contract.plan import HttpCheck, MemoryItem, Plan, PortSpec, ProcessSpec, RdmaNeed, StoreMaster
 from roles.args import args_from
 from roles.context import BuildContext, owned_flags
 from roles.engines.family import EngineFamily
@@ -94,9 +94,55 @@ def host_memory(pool: MooncakeMasterPool | MooncakeDonorPool, where: str) -> lis
     return []
 
 
+# Mooncake's transfer engine reads the RoCE GID index from MC_GID_INDEX (mooncake-transfer-engine
+# src/config.cpp); a store client's JSON config is named by MOONCAKE_CONFIG_PATH (vLLM 0.32.0
+# vllm/distributed/mooncake_store.py).
+MOONCAKE_GID_ENV = ("MC_GID_INDEX",)
+MOONCAKE_CONFIG_ENV = "MOONCAKE_CONFIG_PATH"
+DEVICE_NAMES_FLAG = "--device_names="  # mooncake_client's gflag; empty: its own discovery
+
+
+def rdma_use(pool: MooncakeMasterPool | MooncakeDonorPool, where: str) -> RdmaNeed | None:
+    """A donor names its HCAs with --device_names; protocol rdma cannot work without one."""
+    if not isinstance(pool, MooncakeDonorPool):
+        return None
+    required = pool.protocol == "rdma"
+    return RdmaNeed(
+        env=MOONCAKE_GID_ENV,
+        required_by=f"{where}.protocol rdma" if required else None,
+        fix=f"give the donor its RDMA NICs (a resource claim), or set {where}.protocol to tcp",
+        device_flag=DEVICE_NAMES_FLAG,
+    )
+
+
+def mooncake_master(rpc: str, metadata_server: str, setting: str, *, reregister: bool) -> StoreMaster:
+    return StoreMaster(
+        name="mooncake master",
+        rpc=rpc,
+        metadata_server=metadata_server if metadata_server.startswith("http") else None,
+        setting=setting,
+        fix=f"start the mooncake-master pool (its Deployment and Service) before the pools that use it, or "
+        f"correct {setting} (now {rpc})",
+        reregister=reregister,
+    )
+
+
+def donor_master(pool: MooncakeMasterPool | MooncakeDonorPool, where: str) -> StoreMaster | None:
+    """A donor registers its segment with the master. A restarted master forgets the segment's transfer
+    metadata (its embedded HTTP metadata server comes back empty, kvcache-ai/Mooncake#2246); the
+    running mooncake_client mounts its segment again but never publishes that metadata again (measured
+    with 0.3.13.post1), so the segment is unreadable until a new client registers: the donor restarts
+    (Mooncake #1336: restart the client)."""
+    if not isinstance(pool, MooncakeDonorPool):
+        return None
+    return mooncake_master(pool.master, pool.metadata_server, f"{where}.master", reregister=True)
+
+
 MOONCAKE = EngineFamily[MooncakeMasterPool | MooncakeDonorPool](
     name="mooncake",
     pools=(MooncakeMasterPool, MooncakeDonorPool),
     build=build_service_plan,
     host_memory=host_memory,
+    rdma=rdma_use,
+    store_master=donor_master,
 )

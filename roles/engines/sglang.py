@@ -8,7 +8,7 @@ from typing import Any
 
 from launcher.config.recipe import SglangPool
 from launcher.contract.addresses import host_port
-from launcher.contract.phases import CAPTURING_GRAPHS, INITIALIZING, LOADING_WEIGHTS
+from launcher.contract.phases import CAPTURING_GRAPHS, DISTRIBUTED_INIT, INITIALIZING, LOADING_WEIGHTS
 from launcher.contract.plan import (
     HttpCheck,
     MemoryItem,
@@ -124,8 +124,10 @@ SGLANG = EngineFamily(
     # On the leader's /metrics, present only with --enable-metrics (SGLang 0.5.23
     # srt/observability/metrics_collector.py).
     token_counters=("sglang:generation_tokens_total", "sglang:prompt_tokens_total"),
-    # SGLang 0.5.23 model_runner.py, cuda_graph_setup.py.
+    # SGLang 0.5.23 srt/distributed/bootstrap.py (init_parallel_runtime), model_runner.py,
+    # cuda_graph_setup.py.
     startup_phases=(
+        PhasePattern("Init parallel begin", DISTRIBUTED_INIT),
         PhasePattern("Load weight begin", LOADING_WEIGHTS),
         PhasePattern("Load weight end", INITIALIZING),
         PhasePattern("CUDA graph begin", CAPTURING_GRAPHS),

@@ -24,12 +24,15 @@ from launcher.contract.plan import (
     PortSpec,
     ProcessSpec,
     ProgressSource,
+    RdmaNeed,
     RoleKind,
+    StoreMaster,
 )
 from roles import topology
 from roles.args import Arg, arg, args_from, flatten, to_json
 from roles.context import BuildContext, owned_flags
 from roles.engines.family import EngineFamily
+from roles.engines.mooncake import MOONCAKE_CONFIG_ENV, MOONCAKE_GID_ENV, mooncake_master
 from roles.engines.vllm_connectors import (
     kv_events_ipc,
     kv_events_need_relay,
@@ -117,7 +120,7 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
     if pool.mooncake_store:
         store = mooncake_store_file(pool.mooncake_store, ctx.runtime_dir)
         files.append(store)
-        generated_env["MOONCAKE_CONFIG_PATH"] = store.path
+        generated_env[MOONCAKE_CONFIG_ENV] = store.path
 
     engine = ProcessSpec(
         name="engine",
@@ -335,11 +338,75 @@ def host_memory(pool: VllmPool, where: str) -> list[MemoryItem]:
     return items
 
 
+def rdma_use(pool: VllmPool, where: str) -> RdmaNeed | None:
+    """MooncakeStoreConnector's protocol defaults to rdma (vLLM 0.32.0 vllm/distributed/mooncake_store.py),
+    and its JSON's device_name lists the HCAs; MooncakeConnector's mooncake_protocol defaults to rdma
+    as well (.../kv_connector/v1/mooncake/mooncake_connector.py). NCCL and UCX are the engine's own
+    (roles/needs.py)."""
+    store = pool.mooncake_store
+    required: tuple[str, str] | None = None
+    if store is not None and store.config.get("protocol", "rdma") == "rdma":
+        required = (
+            f"{where}.mooncake_store.config.protocol rdma",
+            f"give the pod its RDMA NICs (a resource claim), or set {where}.mooncake_store.config.protocol "
+            "to tcp",
+        )
+    transfer = pool.args.get("kv-transfer-config", pool.args.get("kv_transfer_config"))
+    for connector in _connector_configs(transfer):
+        extra = connector.get("kv_connector_extra_config") or {}
+        if connector.get("kv_connector") == "MooncakeConnector" and (
+            not isinstance(extra, dict) or extra.get("mooncake_protocol", "rdma") == "rdma"
+        ):
+            required = required or (
+                f"{where}.args.kv-transfer-config MooncakeConnector (mooncake_protocol rdma)",
+                "give the pod its RDMA NICs (a resource claim), or set kv_connector_extra_config."
+                "mooncake_protocol to tcp",
+            )
+    if store is None and required is None:
+        return None
+    what, fix = required or (None, "")
+    return RdmaNeed(
+        env=MOONCAKE_GID_ENV if store is not None else (),
+        required_by=what,
+        fix=fix,
+        device_file_env=MOONCAKE_CONFIG_ENV if store is not None else None,
+    )
+
+
+def _connector_configs(config: object) -> list[Mapping[str, Any]]:
+    """A --kv-transfer-config and, for a MultiConnector, each of its children."""
+    if not isinstance(config, dict):
+        return []
+    extra = config.get("kv_connector_extra_config")
+    children = extra.get("connectors", []) if isinstance(extra, dict) else []
+    return [config, *(c for child in children or [] for c in _connector_configs(child))]
+
+
+def store_master(pool: VllmPool, where: str) -> StoreMaster | None:
+    """The master MooncakeStoreConnector's embedded client (one per worker) registers its segment with.
+    After a master restart the client mounts its segment again by itself but does not publish its
+    transfer metadata again (measured with mooncake-transfer-engine 0.3.13.post1; kvcache-ai/Mooncake
+    #2246): other clients cannot read that segment until the engine restarts. Restarting the engine
+    recreates its whole LWS group (a full weight load), so the engine pod reports it and keeps serving:
+    the store is a cache, a miss is recomputed."""
+    if pool.mooncake_store is None:
+        return None
+    config = pool.mooncake_store.config
+    return mooncake_master(
+        str(config["master_server_address"]),
+        str(config.get("metadata_server", "")),
+        f"{where}.mooncake_store.config.master_server_address",
+        reregister=False,
+    )
+
+
 VLLM = EngineFamily(
     name="vllm",
     pools=(VllmPool,),
     build=build_vllm_plan,
     host_memory=host_memory,
+    rdma=rdma_use,
+    store_master=store_master,
     catalog="vllm-serve",
     package="vllm",
     host_ip_var="VLLM_HOST_IP",  # vllm/envs.py

@@ -44,9 +44,12 @@ def recipe(tmp: Path, *, nodes: int = 1, store: str = "") -> Path:
     return path
 
 
+# No RDMA device and no master here: those checks (tests/unit/supervise/test_rdma.py,
+# test_store_master.py) only warn, so these tests see the memory checks alone.
 STORE = (
     "    mooncake_store:\n      config: {master_server_address: 'm:1', protocol: rdma,\n"
     "                global_segment_size: 1GB, local_buffer_size: 64MB}\n"
+    "    host: {advisory: [rdma, store-master]}\n"
 )
 
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.contract.errors import Problem
-from launcher.contract.plan import Plan
-from launcher.supervise.host import checkpoint, memory, network, packages
+from launcher.contract.plan import Plan, RdmaPort
+from launcher.supervise.host import checkpoint, memory, network, packages, rdma
 
 
 @dataclass
@@ -18,14 +18,20 @@ class HostReport:
     problems: list[Problem] = field(default_factory=list)
     warnings: list[Problem] = field(default_factory=list)
     ifname: str | None = None  # the interface that holds POD_IP
+    rdma: tuple[RdmaPort, ...] = ()  # the pod's active RDMA ports
     engine: packages.EngineFacts | None = None  # the installed engine, as its interpreter reports it
     facts: dict[str, object] = field(default_factory=dict)  # for the log
 
 
-def check_host(plan: Plan, bin_path: str) -> HostReport:
+def check_host(plan: Plan, bin_path: str, sysfs_root: str = "/sys", dev_root: str = "/dev") -> HostReport:
     report = HostReport()
     found: list[tuple[str, Problem]] = []
     needs = plan.needs
+    if needs.rdma is not None:
+        report.rdma = rdma.rdma_ports(sysfs_root, dev_root)
+        report.facts["rdma"] = [p.name for p in report.rdma]
+        if needs.rdma.required_by and not report.rdma:
+            found.append(("rdma", rdma.missing(needs.rdma, sysfs_root)))
     if needs.network:
         report.ifname, problems = network.check_network(plan)
         found += [("network", p) for p in problems]

@@ -11,7 +11,7 @@ import pytest
 
 from healthchecks.progress import StartupProgress
 from healthchecks.state import CheckResult, PodHealth
-from launcher.contract.phases import INITIALIZING, LOADING_WEIGHTS, STARTING_SERVER
+from launcher.contract.phases import DISTRIBUTED_INIT, INITIALIZING, LOADING_WEIGHTS, STARTING_SERVER
 from launcher.contract.plan import Check, HttpCheck, Probes, ProcessSpec
 from launcher.contract.stop import RUNNING, Failed, StopRequested, StopState
 from roles.engines.sglang import SGLANG
@@ -240,6 +240,16 @@ def test_vllm_bar_and_phases() -> None:
     )
     assert progress.phase == STARTING_SERVER
     assert not progress.feed("INFO some unrelated line / with a slash")
+
+
+def test_sglangs_distributed_init_is_a_phase_of_its_own() -> None:
+    """A multi-host group that cannot meet hangs here (SGLang 0.5.23 srt/distributed/bootstrap.py): a
+    start-up deadline must name it, not the phase before."""
+    progress = StartupProgress(SGLANG.startup_output)
+    assert progress.feed("[2026-11-30 12:00:00 TP0] Init parallel begin.")
+    assert progress.phase == DISTRIBUTED_INIT
+    progress.feed("[2026-11-30 12:00:09 TP0] Load weight begin. avail mem=94.1 GB")
+    assert progress.phase == LOADING_WEIGHTS
 
 
 def test_fastsafetensors_and_tqdm_default_bar_format() -> None:

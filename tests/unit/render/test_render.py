@@ -258,6 +258,6 @@ def test_readme_json_schema_matches_plan_to_dict(plan_json: Any) -> None:
         *watch, *watch["sources"][0], *plan["shutdown"], *probes["peers"][0],
         *probes["forward"], *probes["forward"]["sources"][0],
         *(needs := plan["host_needs"]), *needs["derived_env"][0], *needs["modules"][0],
-        *needs["memory"][0], *needs["flag_catalog"],
+        *needs["memory"][0], *needs["flag_catalog"], *needs["rdma"], *needs["store_master"],
     }  # fmt: skip
     assert documented == actual
