@@ -263,6 +263,9 @@ async def _until_prepared(
 
 
 def _read_again(cli_settings: dict[str, Any], log: Log, scrub: Scrubber) -> Inputs | ConfigError:
+    from launcher.config.recipe_file import read_recipe
+
+    read_recipe.cache_clear()  # the file may have changed: that is what a parked pod waits for
     try:
         inputs = read_inputs(cli_settings, warn=False)
     except ConfigError as exc:
