@@ -5,10 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import os
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from aiohttp import ClientSession
+
+
+# Every answer of a launcher's probe server carries this: who answers (the pod's name and when its
+# launcher started), so a peer replaced between two looks is told from the one that answered before.
+IDENTITY_HEADER = "Llmd-Launcher-Identity"
 
 
 class NoAnswer(Exception):
@@ -17,11 +24,29 @@ class NoAnswer(Exception):
 
 async def http_get(session: ClientSession, url: str, timeout: float, read: bool = False) -> tuple[int, str]:
     """The status and, with `read`, the body; raises NoAnswer with the reason when there is none."""
+    reply = await http_reply(session, url, timeout, read=read)
+    return reply.status, reply.body
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    body: str  # empty unless read
+    headers: Mapping[str, str]  # names in lower case
+
+
+async def http_reply(
+    session: ClientSession, url: str, timeout: float, *, read: bool = False, follow_redirects: bool = True
+) -> Reply:
+    """http_get's whole answer; without `follow_redirects` a 3xx is the answer, not its target's."""
     import aiohttp
 
     try:
-        async with session.get(url, timeout=aiohttp.ClientTimeout(total=timeout)) as reply:
-            return reply.status, (await reply.text()) if read else ""
+        async with session.get(
+            url, timeout=aiohttp.ClientTimeout(total=timeout), allow_redirects=follow_redirects
+        ) as reply:
+            body = (await reply.text()) if read else ""
+            return Reply(reply.status, body, {k.lower(): v for k, v in reply.headers.items()})
     except asyncio.TimeoutError:
         raise NoAnswer(f"no answer within {timeout:g} s") from None
     except aiohttp.ClientConnectorError as exc:

@@ -128,6 +128,24 @@ PEER_LAST_ANSWER = MetricSpec(
     ("peer",),
 )
 PEER_LOST = MetricSpec("peer_lost", "gauge", "1 once the group member is judged gone", ("peer",))
+PEER_PARKED = MetricSpec(
+    "peer_parked",
+    "gauge",
+    "1 while the group member's launcher says it is parked (this pod's start-up deadline is on hold)",
+    ("peer",),
+)
+PARKED = MetricSpec(
+    "parked",
+    "gauge",
+    "1 while this pod is parked on a mistake a restart cannot fix: the problem's setting, and whether "
+    "it heals in place or by a rollout",
+    ("setting", "heals"),
+)
+STARTUP_HELD = MetricSpec(
+    "startup_held_seconds",
+    "gauge",
+    "seconds the start-up deadline was on hold (this pod or a peer parked); not counted against it",
+)
 LOG_LINES_DROPPED = MetricSpec(
     "log_lines_dropped",
     "counter",
@@ -191,6 +209,9 @@ METRICS = (
     PEER_UP,
     PEER_LAST_ANSWER,
     PEER_LOST,
+    PEER_PARKED,
+    PARKED,
+    STARTUP_HELD,
     LOG_LINES_DROPPED,
     PROBE_DURATION,
     *LAUNCHER_PROCESS,
@@ -234,7 +255,13 @@ class PodCollector(Collector):
         yield STARTUP_DURATION.value(health.startup_seconds)
         startup = health.probes.startup_seconds
         if startup > 0:
-            yield STARTUP_DEADLINE.value(wall_time(health.launched_at + startup, health.clock()))
+            yield STARTUP_DEADLINE.value(wall_time(health.startup_due(), health.clock()))
+        parked = PARKED.family()
+        if health.parked is not None:
+            for setting in health.parked.settings:
+                parked.add_metric([setting, health.parked.heals], 1.0)
+        yield parked
+        yield STARTUP_HELD.value(health.held_seconds)
         ratio = health.progress.weight_ratio
         if ratio is not None:
             yield WEIGHT_LOAD_PROGRESS.value(ratio)

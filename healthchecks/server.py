@@ -18,6 +18,7 @@ from typing import Any
 import structlog
 from aiohttp import web
 
+from healthchecks.http import IDENTITY_HEADER
 from healthchecks.kvevents.watcher import KvEventWatcher
 from healthchecks.metrics import build_registry
 from healthchecks.state import Answer, PodHealth
@@ -104,6 +105,7 @@ class ProbeServer:
                 body=json.dumps(body, separators=(",", ":")).encode(),
                 status=200 if ok else 503,
                 content_type=JSON,
+                headers={IDENTITY_HEADER: self.health.identity} if self.health.identity else None,
             )
             latency.observe(time.perf_counter() - began)
             return response

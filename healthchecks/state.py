@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from healthchecks.progress import StartupProgress
 from launcher.contract.lifecycle import Lifecycle
-from launcher.contract.phases import LOADING_WEIGHTS, PREFLIGHT, STARTED, STARTING, STOPPING
+from launcher.contract.phases import LOADING_WEIGHTS, PARKED, PREFLIGHT, STARTED, STARTING, STOPPING
 from launcher.contract.plan import Check, HttpCheck, Probes, ProcessSpec, TcpCheck
 from launcher.contract.stop import Failed, Running, StopRequested, StopState
 
@@ -80,11 +80,25 @@ class CheckResult:
     pid: int | None = None  # the process it was about: a result outlives no restart
 
 
+@dataclass(frozen=True)
+class Parked:
+    """Why the pod is parked (launcher/parking.py), as the probes, /metrics and its peers show it."""
+
+    reason: str  # one line: the problems, each naming its setting and fix
+    settings: tuple[str, ...]  # the problems' settings (the metric's labels)
+    heals: str  # "in place" (a file, a copy, a port) or "by a rollout" (the container's env)
+    since: float  # monotonic
+
+
 class PodHealth:
     def __init__(self, probes: Probes, clock: Callable[[], float] = time.monotonic) -> None:
         self.probes = probes
         self.clock = clock
         self.launched_at = clock()
+        self.identity = ""  # who answers the probes (IDENTITY_HEADER): the pod's name and launch time
+        self.parked: Parked | None = None
+        self.held_seconds = 0.0  # time start-up was on hold: this pod or a peer parked
+        self.hold_limit: float | None = None  # at most this much of it counts (LLMD_PARK_SECONDS)
         self._phase = PREFLIGHT
         self.phase_at = self.launched_at
         self.started_at: float | None = None
@@ -98,8 +112,37 @@ class PodHealth:
 
     # ------------------------------------------------------------------ written by the launcher
     def use_plan(self, probes: Probes) -> None:
-        """The final plan (leader resolved) may name a different leader IP than the first one."""
+        """The final plan (leader resolved) may name a different leader IP than the first one; a pod
+        that parked before it had a plan gets its start-up rules here."""
         self.probes = probes
+        if self.started_at is None:
+            self.progress = StartupProgress(probes.progress)
+
+    def park(self, parked: Parked) -> None:
+        self.parked = parked
+        self.set_phase(PARKED)
+
+    def unpark(self) -> None:
+        """Parking ended (the checks passed, or the pod ends): its time does not count against start-up."""
+        if self.parked is not None:
+            self.hold(self.clock() - self.parked.since)
+            self.parked = None
+            self.set_phase(PREFLIGHT)
+
+    def hold(self, seconds: float) -> None:
+        self.held_seconds += seconds
+
+    def held_by(self) -> str | None:
+        """Why start-up is on hold now: this pod is parked, or a watcher says so (a peer is parked)."""
+        if self.parked is not None:
+            return f"parked: {self.parked.reason}"
+        return next((why for w in self.watchers if (why := w.holds_startup()) is not None), None)
+
+    def startup_due(self) -> float:
+        """When the start-up deadline falls: LLMD_STARTUP_SECONDS after launch, plus the time start-up
+        was on hold, up to hold_limit (so the kubelet's startup probe, sized for both, never wins)."""
+        held = self.held_seconds if self.hold_limit is None else min(self.held_seconds, self.hold_limit)
+        return self.launched_at + self.probes.startup_seconds + held
 
     def attach(self, supervisor: ProcessTable) -> None:
         self.supervisor = supervisor
@@ -165,6 +208,8 @@ class PodHealth:
 
     def liveness(self) -> Answer:
         supervisor = self.supervisor
+        if self.parked is not None:  # alive: the kubelet must not restart it (LWS would recreate the group)
+            return True, {"live": True, "phase": PARKED, "parked": self.parked.reason}
         if supervisor is None:
             return True, {"live": True, "phase": self.phase}
         stop = supervisor.stop
@@ -184,6 +229,8 @@ class PodHealth:
         phase = self.phase
         if phase == STOPPING:
             return False, {"ready": False, "phase": phase, "failing": {"pod": "shutting down"}}
+        if self.parked is not None:
+            return False, {"ready": False, "phase": PARKED, "failing": {"parked": self.parked.reason}}
         checks = {c.name: self.passing(c) for c in self.probes.ready}
         failing = {name: detail for name, (ok, detail) in checks.items() if not ok}
         if self.started_at is None and "start-up" not in failing:
@@ -202,6 +249,14 @@ class PodHealth:
                 "phase": self.phase,
                 "startup_seconds": round(self.started_at - self.launched_at, 3),
                 **({"flag_catalog": self.flag_catalog} if self.flag_catalog else {}),
+            }
+        if self.parked is not None:
+            return False, {
+                "started": False,
+                "phase": PARKED,
+                "seconds": round(now - self.launched_at, 1),
+                "parked_seconds": round(now - self.parked.since, 1),
+                "failing": {"parked": self.parked.reason},
             }
         _, detail = self.passing(self.probes.started)
         body: dict[str, Any] = {
@@ -224,7 +279,8 @@ class PodHealth:
             phase += f" at {100 * ratio:.0f} %"
         _, detail = self.passing(self.probes.started)
         since = self.clock() - self.phase_at
-        return f"{phase} (for {since:.0f} s; waiting for {self.probes.started.name}: {detail})"
+        held = f"; {self.held_seconds:.0f} s on hold not counted" if self.held_seconds >= 1 else ""
+        return f"{phase} (for {since:.0f} s; waiting for {self.probes.started.name}: {detail}{held})"
 
     @property
     def startup_seconds(self) -> float:

@@ -30,6 +30,10 @@ class Watcher(Protocol):
         """Why /livez must fail now (its verdict, before the supervisor acts on it); None: no objection."""
         return None
 
+    def holds_startup(self) -> str | None:
+        """Why this pod's start-up deadline must not run now (a peer is parked); None: no reason."""
+        return None
+
     def answer(self, check: Check) -> tuple[bool, str] | None:
         """Its answer to a readiness check of the plan it owns (KV events flowing); None: not its check."""
         return None

@@ -44,9 +44,11 @@ def _run_exits(width: int = 100) -> str:
     lines = ["run exit codes (the reason for a non-zero exit goes to LLMD_TERMINATION_LOG):"]
     for exit_code in EXIT_CODES:
         head = f"  {exit_code.code:<{wide}}  "
-        lines.append(
-            textwrap.fill(exit_code.meaning, width, initial_indent=head, subsequent_indent=" " * len(head))
+        text = (
+            f"{exit_code.meaning}. In an LWS group: {exit_code.in_group}. A fresh group fixes it: "
+            f"{exit_code.fresh_group_fixes}."
         )
+        lines.append(textwrap.fill(text, width, initial_indent=head, subsequent_indent=" " * len(head)))
     return "\n".join(lines)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from launcher import early
@@ -19,7 +19,7 @@ from launcher.config.defaults import TERMINATION_LOG
 from launcher.contract.addresses import is_ip
 from launcher.contract.errors import ConfigError, Problem
 from launcher.contract.exits import INTERNAL_ERROR, STARTUP_DEADLINE, signal_name
-from launcher.contract.plan import Plan
+from launcher.contract.plan import Check, Plan, Probes
 from launcher.contract.redact import Scrubber, secret_values
 from launcher.stderr import say
 from launcher.supervise.outcome import TERMINATION_LIMIT, Outcome
@@ -27,7 +27,8 @@ from launcher.supervise.outcome import TERMINATION_LIMIT, Outcome
 if TYPE_CHECKING:
     import asyncio
 
-    from healthchecks.state import PodHealth
+    from healthchecks.server import ProbeServer
+    from healthchecks.state import BuildInfo, PodHealth
     from healthchecks.watcher import Watcher
     from launcher.config.recipe import Recipe
     from launcher.config.settings import Settings
@@ -37,31 +38,52 @@ if TYPE_CHECKING:
     from launcher.supervise.supervisor import Event, Supervisor
 
 
+@dataclass(frozen=True)
+class Inputs:
+    """What the pod was given, validated: settings, recipe, and the plan built from them."""
+
+    settings: Settings
+    recipe: Recipe
+    plan: Plan
+
+
+def read_inputs(cli_settings: dict[str, Any], *, warn: bool = True) -> Inputs:
+    """Settings, recipe and plan, or a ConfigError with every input mistake; read from the env and the
+    files each time (a parked pod reads them again). `warn`: also print unknown LLMD_* variables."""
+    from launcher.config.recipe_file import load_recipe
+    from launcher.config.settings import load_settings, unknown_env
+    from roles import build_plan
+    from roles.group import port_problems
+
+    settings = load_settings(**cli_settings)
+    if warn:
+        for problem in unknown_env(os.environ):
+            say(problem.line("warning"))
+    recipe = load_recipe(settings.recipe_source, name_given="recipe" in settings.model_fields_set)
+    plan = build_plan(settings, recipe)
+    if problems := port_problems(plan):
+        raise ConfigError(problems)
+    return Inputs(settings, recipe, plan)
+
+
 def run(cli_settings: dict[str, Any]) -> int:
     early.install()  # already done by the entry point's first lines; again for in-process callers
     scrub = Scrubber(secret_values(os.environ))
     termination_log = os.environ.get("LLMD_TERMINATION_LOG", TERMINATION_LOG)  # until the settings are valid
     try:
         # Every input mistake surfaces here, before the async machinery is even imported: a bad
-        # flag costs a fraction of a second, not an engine start.
-        from launcher.config.recipe_file import load_recipe
-        from launcher.config.settings import load_settings, unknown_env
-        from roles import build_plan
-        from roles.group import port_problems
-
-        settings = load_settings(**cli_settings)
-        termination_log = settings.termination_log
-        for problem in unknown_env(os.environ):
-            say(problem.line("warning"))
-        recipe = load_recipe(settings.recipe_source, name_given="recipe" in settings.model_fields_set)
-        plan = build_plan(settings, recipe)
-        if problems := port_problems(plan):
-            raise ConfigError(problems)
-        # Secrets the plan adds (recipe env, LLMD_EXTRA_ENV) are hidden as well as the pod's own.
-        scrub = Scrubber(
-            secret_values({**os.environ, **{k: v for p in plan.processes for k, v in p.env.items()}})
-        )
-        outcome = _supervise(settings, recipe, plan, scrub)
+        # flag costs a fraction of a second, not an engine start (in an LWS group the pod parks).
+        first: Inputs | ConfigError
+        try:
+            first = read_inputs(cli_settings)
+        except ConfigError as exc:
+            if not _parks():
+                raise
+            first = exc
+        termination_log = _setting(first, "termination_log")
+        if isinstance(first, Inputs):  # secrets the plan adds (recipe env, LLMD_EXTRA_ENV) are hidden too
+            scrub.learn(_plan_secrets(first.plan))
+        outcome = _supervise(cli_settings, first, scrub)
     except ConfigError as exc:
         for problem in exc.problems:
             say(scrub(problem.line()))
@@ -76,18 +98,38 @@ def run(cli_settings: dict[str, Any]) -> int:
     return outcome.exit_code
 
 
-def _supervise(settings: Settings, recipe: Recipe, plan: Plan, scrub: Scrubber) -> Outcome:
+def _parks() -> bool:
+    """A failed input or preflight parks the pod (launcher/parking.py): in an LWS group, unless
+    LLMD_PARK_SECONDS=0."""
+    from launcher.config.settings import env_value
+    from launcher.parking import in_group
+
+    return in_group(os.environ) and env_value("park_seconds", os.environ) > 0
+
+
+def _setting(inputs: Inputs | ConfigError, field: str) -> Any:
+    """A setting of valid inputs, or (a parked pod whose settings failed) its value from the env alone."""
+    from launcher.config.settings import env_value
+
+    return getattr(inputs.settings, field) if isinstance(inputs, Inputs) else env_value(field, os.environ)
+
+
+def _plan_secrets(plan: Plan) -> list[str]:
+    return secret_values({**os.environ, **{k: v for p in plan.processes for k, v in p.env.items()}})
+
+
+def _supervise(cli_settings: dict[str, Any], first: Inputs | ConfigError, scrub: Scrubber) -> Outcome:
     import asyncio
 
     from launcher.supervise.logs import ChildOutput, configure, wants_json
 
-    as_json = wants_json(settings.log_format)
+    as_json = wants_json(_setting(first, "log_format"))
     output = ChildOutput(as_json, scrub)
     log = configure(as_json, scrub, output.stderr)
-    if plan.notes:  # what the dry-run says about the inputs (a clamped setting, a literal secret)
-        log.info("plan notes", notes=list(plan.notes))
+    if isinstance(first, Inputs):
+        _log_notes(first.plan, log)
     try:
-        outcome = asyncio.run(_run(settings, recipe, plan, log, output))
+        outcome = asyncio.run(_run(cli_settings, first, log, output, scrub))
     except ConfigError as exc:
         log.error("preflight failed", problems=[str(p) for p in exc.problems])
         raise
@@ -100,43 +142,137 @@ def _supervise(settings: Settings, recipe: Recipe, plan: Plan, scrub: Scrubber) 
     return outcome
 
 
-async def _run(settings: Settings, recipe: Recipe, plan: Plan, log: Log, output: ChildOutput) -> Outcome:
-    """The phases: prepare (leader, preflight), start the watchers, supervise, stop."""
+def _log_notes(plan: Plan, log: Log) -> None:
+    if plan.notes:  # what the dry-run says about the inputs (a clamped setting, a literal secret)
+        log.info("plan notes", notes=list(plan.notes))
+
+
+async def _run(
+    cli_settings: dict[str, Any], first: Inputs | ConfigError, log: Log, output: ChildOutput, scrub: Scrubber
+) -> Outcome:
+    """The phases: prepare (inputs, leader, preflight; parked until they pass), start the watchers,
+    supervise, stop."""
     import asyncio
 
     from healthchecks.pod_watchers import build_watchers
-    from healthchecks.server import ProbeServer
-    from healthchecks.state import BuildInfo, PodHealth
-    from launcher import __version__
-    from launcher.supervise.preflight import listener_of
+    from healthchecks.state import PodHealth
     from launcher.supervise.supervisor import Supervisor, SupervisorConfig
 
     output.attach(asyncio.get_running_loop())  # from now on a stalled log reader cannot block the loop
     events = _signal_events(log)
     # The probes answer from the first moment: a pod waiting for its leader is alive, not started.
-    health = PodHealth(plan.probes)
+    health = PodHealth(_first_probes(first))
+    health.identity = _identity()
     health.dropped_lines = lambda: output.dropped  # read at scrape time
-    pool = plan.role.pool
-    health.build = BuildInfo(__version__, plan.recipe, pool, plan.role.name, recipe.pools[pool].kind,
-                             plan.needs.catalog_version or "")  # fmt: skip
-    server = ProbeServer(health, settings.probe_host, settings.probe_port, listener_of)
-    await server.start()
+    server = await _serve(health, _setting(first, "probe_host"), _setting(first, "probe_port"))
     try:
-        prepared = await _prepare_in_time(settings, recipe, plan, log, health, events)
-        if isinstance(prepared, Outcome):  # a signal or the start-up deadline came first
-            return prepared
+        ready = await _until_prepared(cli_settings, first, log, health, events, scrub)
+        if isinstance(ready, Outcome):  # a signal, the start-up deadline or parking's bound came first
+            return ready
+        inputs, prepared = ready
+        if (server.host, server.port) != (inputs.settings.probe_host, inputs.settings.probe_port):
+            await server.stop()  # parked before the recipe's launcher: section could say where
+            server = await _serve(health, inputs.settings.probe_host, inputs.settings.probe_port)
         health.use_plan(prepared.probes)
         _freeze_heap()
-        supervisor = Supervisor(
-            prepared, SupervisorConfig.from_settings(settings), events, output, log, on_line=health.on_line
-        )
+        config = SupervisorConfig.from_settings(inputs.settings)
+        supervisor = Supervisor(prepared, config, events, output, log, on_line=health.on_line)
         health.attach(supervisor)
-        health.watchers = build_watchers(prepared, health, settings, log)
+        health.watchers = build_watchers(prepared, health, inputs.settings, log)
         async with _watching(health.watchers, supervisor):
             return await supervisor.run()
     finally:
         await server.stop()
         output.detach()
+
+
+def _build_info(inputs: Inputs) -> BuildInfo:
+    from healthchecks.state import BuildInfo
+    from launcher import __version__
+
+    plan, pool = inputs.plan, inputs.plan.role.pool
+    kind = inputs.recipe.pools[pool].kind
+    return BuildInfo(__version__, plan.recipe, pool, plan.role.name, kind, plan.needs.catalog_version or "")
+
+
+async def _serve(health: PodHealth, host: str, port: int) -> ProbeServer:
+    from healthchecks.server import ProbeServer
+    from launcher.supervise.preflight import listener_of
+
+    server = ProbeServer(health, host, port, listener_of)
+    await server.start()
+    return server
+
+
+def _first_probes(first: Inputs | ConfigError) -> Probes:
+    """The plan's probe rules; a pod parked before it had a plan has none to follow yet."""
+    if isinstance(first, Inputs):
+        assert first.plan.probes is not None
+        return first.plan.probes
+    return Probes(_setting(first, "probe_port"), ready=(), started=Check("engine", "engine"))
+
+
+def _identity() -> str:
+    """Who answers this pod's probes (healthchecks/http.py IDENTITY_HEADER): the pod's name and when
+    this launcher started. A pod replaced under the same name answers with another start time."""
+    import datetime
+    import socket
+
+    started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="microseconds")
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}@{started}"
+
+
+async def _until_prepared(
+    cli_settings: dict[str, Any],
+    attempt: Inputs | ConfigError,
+    log: Log,
+    health: PodHealth,
+    events: asyncio.Queue[Event],
+    scrub: Scrubber,
+) -> tuple[Inputs, Plan] | Outcome:
+    """The inputs read and every preflight check passed. In an LWS group a failure parks the pod
+    (launcher/parking.py) and both are tried again from the files, until they pass, parking's bound
+    runs out, or a stop signal comes."""
+    from launcher.config.settings import env_value
+    from launcher.parking import Parking
+
+    parking = Parking(health, log, env_value("park_seconds", os.environ)) if _parks() else None
+    while True:
+        if isinstance(attempt, Inputs):
+            if parking is not None:
+                parking.resume()
+            health.use_plan(attempt.plan.probes)
+            health.build = _build_info(attempt)
+            try:
+                prepared = await _prepare_in_time(
+                    attempt.settings, attempt.recipe, attempt.plan, log, health, events
+                )
+            except ConfigError as exc:
+                if parking is None:
+                    raise
+                attempt = exc
+            else:
+                if parking is not None:
+                    parking.healed()
+                return prepared if isinstance(prepared, Outcome) else (attempt, prepared)
+        assert parking is not None
+        parking.park(attempt)
+        if (ended := await parking.pause(events)) is not None:
+            return ended
+        attempt = _read_again(cli_settings, log, scrub)
+
+
+def _read_again(cli_settings: dict[str, Any], log: Log, scrub: Scrubber) -> Inputs | ConfigError:
+    from launcher.config.recipe_file import read_recipe
+
+    read_recipe.cache_clear()  # the file may have changed: that is what a parked pod waits for
+    try:
+        inputs = read_inputs(cli_settings, warn=False)
+    except ConfigError as exc:
+        return exc
+    scrub.learn(_plan_secrets(inputs.plan))
+    _log_notes(inputs.plan, log)
+    return inputs
 
 
 def _signal_events(log: Log) -> asyncio.Queue[Event]:
@@ -186,7 +322,7 @@ async def _prepare_in_time(
     startup = health.probes.startup_seconds
     await asyncio.wait(
         {prepare, first_signal},
-        timeout=max(0.0, health.launched_at + startup - health.clock()) if startup > 0 else None,
+        timeout=max(0.0, health.startup_due() - health.clock()) if startup > 0 else None,
         return_when=asyncio.FIRST_COMPLETED,
     )
     if not prepare.done() and not first_signal.done():  # the start-up deadline, before any spawn

@@ -62,7 +62,8 @@ def exit_codes_md() -> str:
             f"`{e.name}`",
             e.meaning,
             f'"{re.sub(r"[{][^}]*[}]", "…", e.reason)}"' if e.reason else "",
-            "yes" if e.recreates_group else "no",
+            e.in_group,
+            e.fresh_group_fixes,
         )
         for e in EXIT_CODES
     ]
@@ -72,10 +73,21 @@ def exit_codes_md() -> str:
         + "The same table is printed by `llm-d-launcher run --help`. On a non-zero exit the reason\n"
         + "goes to the termination message (`LLMD_TERMINATION_LOG`, `kubectl describe pod`), root cause\n"
         + "first; for the codes the launcher chooses it begins with the words shown.\n\n"
-        + '"Fresh LWS group": every non-zero exit restarts the container, and LeaderWorkerSet\'s\n'
-        + "`RecreateGroupOnPodRestart` (its default) then recreates the whole group; the launcher\n"
-        + "does not tell the codes apart in this respect (a fresh group does not fix bad input).\n\n"
-        + _table(("code", "name", "meaning", "termination message begins", "fresh LWS group"), rows)
+        + "Under LeaderWorkerSet's `RecreateGroupOnPodRestart` (its default) any exit restarts the\n"
+        + "container and LWS recreates the whole group: 2-4 pods reload their weights. So a pod of a\n"
+        + "group (LWS env present) exits only where a fresh group is the fix; where it is not (bad\n"
+        + "input, a failed preflight) it parks (docs/running-a-pod.md). Outside a group every code exits.\n\n"
+        + _table(
+            (
+                "code",
+                "name",
+                "meaning",
+                "termination message begins",
+                "in an LWS group",
+                "fresh group fixes it",
+            ),
+            rows,
+        )
     )
 
 

@@ -14,15 +14,16 @@ config file and docs).
 from __future__ import annotations
 
 import difflib
+import math
 import os
 import posixpath
 import re
 import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AliasChoices, BeforeValidator, Field, TypeAdapter, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
@@ -43,6 +44,23 @@ DEFAULT_RECIPE = "kimi-k3.1-pro"
 _DNS_NAME = re.compile(
     r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$"
 )
+
+
+def _forever(value: Any) -> Any:
+    """`forever` is the one way to say "no bound": inf, infinity or nan are refused like anywhere else."""
+    if value == "forever":
+        return math.inf
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return value  # pydantic says what is wrong with it
+    if not math.isfinite(number):
+        raise ValueError("is not a finite number of seconds (write `forever` for no bound)")
+    return value
+
+
+# Seconds a pod of an LWS group stays parked (launcher/parking.py); `forever` is math.inf.
+ParkSeconds = Annotated[float, BeforeValidator(_forever)]
 
 # pod: injected by LWS or the downward API; plan: read by `plan` and `run`; run: read by `run` only.
 Section = Literal["pod", "plan", "run"]
@@ -358,6 +376,17 @@ class Settings(BaseSettings):
         fix="give a number of seconds, or 0 for no start-up deadline",
         ge=0,
     )
+    park_seconds: ParkSeconds = setting(
+        600.0,
+        "in an LWS group, bad input or a failed preflight parks the pod (alive, not started, re-checking "
+        "with back-off) instead of exiting, since LWS would recreate the group into the same mistake; "
+        "after this long parked it exits 2; `forever`: until fixed or deleted; 0: exit at once. The "
+        "startup probe's periodSeconds x failureThreshold must cover it plus LLMD_STARTUP_SECONDS",
+        fix="give a number of seconds, `forever`, or 0 to exit at once",
+        section="run",
+        launcher_key=False,
+        ge=0,
+    )
     deregister_seconds: int = setting(
         5,
         "on SIGTERM, seconds the pod stays not ready but serving before the engine is signalled, so "
@@ -535,6 +564,21 @@ def unknown_env(environ: Mapping[str, str]) -> list[Problem]:
         )
         problems.append(Problem(name, "names no launcher setting and has no effect", fix))
     return problems
+
+
+def env_value(field: str, environ: Mapping[str, str]) -> Any:
+    """One setting from the environment alone, or its default when unset or invalid: what a pod whose
+    settings failed as a whole still needs (where the probes listen, how long it may park). The
+    invalid value is among the problems the pod reports."""
+    info = Settings.model_fields[field]
+    raw = environ.get(env_name(field))
+    if raw is None:
+        return info.default
+    try:
+        adapter: TypeAdapter[Any] = TypeAdapter(Annotated[info.annotation, info])  # type: ignore[arg-type]
+        return adapter.validate_python(raw)
+    except ValidationError:
+        return info.default
 
 
 def _field_of(loc: tuple[int | str, ...]) -> str:

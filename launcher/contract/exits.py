@@ -19,9 +19,10 @@ class ExitCode:
     name: str
     meaning: str
     reason: str = ""
-    # Every non-zero exit restarts the container, and LWS (RecreateGroupOnPodRestart, its default)
-    # then recreates the whole group; the launcher makes no distinction between codes today.
-    recreates_group: bool = True
+    # Under LWS (RecreateGroupOnPodRestart, its default) every exit of a container recreates the whole
+    # group: what a pod of a group does instead, when a fresh group cannot help, and whether it can.
+    in_group: str = "exits: LWS recreates the group"
+    fresh_group_fixes: str = "yes"
 
     @property
     def number(self) -> int:
@@ -33,21 +34,40 @@ class ExitCode:
         return self.reason.format(**fields)
 
 
-OK = ExitCode("0", "ok", "a requested stop (SIGTERM/SIGINT) completed in time", recreates_group=False)
-ENGINE_OWN = ExitCode("the engine's own", "engine-exit", "the engine exited by itself with that code")
+OK = ExitCode(
+    "0",
+    "ok",
+    "a requested stop (SIGTERM/SIGINT) completed in time",
+    in_group="exits (the pod is being deleted)",
+    fresh_group_fixes="nothing to fix",
+)
+ENGINE_OWN = ExitCode(
+    "the engine's own",
+    "engine-exit",
+    "the engine exited by itself with that code",
+    fresh_group_fixes="yes, a crash; not an engine that refuses its flags (then the same exit again)",
+)
 SIGNALLED = ExitCode(
     "128+N",
     "signalled",
     "signal N killed the engine (137 SIGKILL, 139 SIGSEGV), or a process had to be SIGKILLed while stopping",
+    fresh_group_fixes="yes; an OOM kill (137) only if the memory limit is raised",
 )
 INTERNAL_ERROR = ExitCode(
     "1",
     "internal-error",
     "an internal error of the launcher, or a sidecar that crash-looped with exit code 0",
     "llm-d-launcher internal error: {error}",
+    fresh_group_fixes="only a transient one; a launcher bug repeats",
 )
 BAD_INPUT = ExitCode(
-    "2", "bad-input", "bad input or a failed preflight: one line per problem, nothing spawned"
+    "2",
+    "bad-input",
+    "bad input or a failed preflight: one line per problem, nothing spawned",
+    in_group="parks: /livez 200, /startupz and /readyz 503 with the reason; re-checks and starts in "
+    "the same pod once fixed; exits 2 after LLMD_PARK_SECONDS or on SIGTERM",
+    fresh_group_fixes="no: a fixed recipe file (ConfigMap), a finished checkpoint copy or a freed port "
+    "heals the parked pod in place; the container's env only a rollout",
 )
 ENGINE_QUIT = ExitCode(
     "3",
@@ -55,6 +75,7 @@ ENGINE_QUIT = ExitCode(
     "the engine exited 0 although no stop was asked for (a DP supervisor does after a rank died): "
     "a crash, not a success",
     "{process} exited with code 0 although no stop was asked for",
+    fresh_group_fixes="yes: a rank died and the group starts over",
 )
 GROUP_BROKEN = ExitCode(
     "4",
@@ -62,6 +83,7 @@ GROUP_BROKEN = ExitCode(
     "another pod of the LWS group is gone: its launcher answered /livez once and then not for "
     "LLMD_PEER_LOST_SECONDS",
     "group member {peer} is gone: {detail}",
+    fresh_group_fixes="yes: the group is re-formed (a parked peer answers /livez 200 and is not lost)",
 )
 STALLED = ExitCode(
     "5",
@@ -69,14 +91,23 @@ STALLED = ExitCode(
     "the engine stalled: its token counters stood still for LLMD_STALL_SECONDS and a one-token canary "
     "failed or took longer than LLMD_CANARY_SECONDS",
     "engine stalled: {detail}",
+    fresh_group_fixes="yes: a hung engine, peer, GPU or transfer starts over",
 )
 STARTUP_DEADLINE = ExitCode(
     "6",
     "startup-deadline",
     "start-up did not end within LLMD_STARTUP_SECONDS",
     "start-up deadline: not started within LLMD_STARTUP_SECONDS={seconds:g} s; stuck in {where}",
+    fresh_group_fixes="yes, a hung start-up; time parked (this pod or a peer) does not count, and an "
+    "incomplete checkpoint parks at preflight instead",
 )
-NOT_RUNNABLE = ExitCode("126, 127", "not-runnable", "a binary could not be executed, or was not found")
+NOT_RUNNABLE = ExitCode(
+    "126, 127",
+    "not-runnable",
+    "a binary could not be executed, or was not found",
+    fresh_group_fixes="no: the image must change (a rollout); preflight finds a missing binary first "
+    "and parks",
+)
 
 EXIT_CODES = (
     OK,

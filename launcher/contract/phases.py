@@ -4,6 +4,7 @@ announces (the plan's `StartupOutput` maps output lines to them). Metrics list e
 from __future__ import annotations
 
 PREFLIGHT = "preflight"
+PARKED = "parked"  # in an LWS group, on a mistake a restart cannot fix (launcher/parking.py)
 WAITING_FOR_LEADER = "waiting for leader"
 STARTING = "starting processes"
 # joining the engine's process groups across the pods (torch.distributed, the TP broadcast queues): a
@@ -16,6 +17,6 @@ STARTING_SERVER = "starting API server"
 STARTED = "started"
 STOPPING = "stopping"
 PHASES = (
-    PREFLIGHT, WAITING_FOR_LEADER, STARTING, DISTRIBUTED_INIT, LOADING_WEIGHTS, INITIALIZING,
+    PREFLIGHT, PARKED, WAITING_FOR_LEADER, STARTING, DISTRIBUTED_INIT, LOADING_WEIGHTS, INITIALIZING,
     CAPTURING_GRAPHS, STARTING_SERVER, STARTED, STOPPING,
 )  # fmt: skip

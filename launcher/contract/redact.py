@@ -74,6 +74,14 @@ class Scrubber:
     """Hides known secret values inside free text: child output, log lines, termination messages."""
 
     def __init__(self, values: Sequence[str]) -> None:
+        self._values: tuple[str, ...] = ()
+        self.learn(values)
+
+    def learn(self, values: Sequence[str]) -> None:
+        """Hide these too: a pod that parked before its plan existed learns the plan's secrets when it
+        heals, and every log and output writer holding this scrubber follows."""
+        self._values = tuple(dict.fromkeys((*self._values, *values)))
+        values = sorted(self._values, key=len, reverse=True)  # the longest match wins
         self._pattern = re.compile("|".join(map(re.escape, values))) if values else None
         encoded = [v.encode() for v in values]
         self._bytes = re.compile(b"|".join(map(re.escape, encoded))) if encoded else None

@@ -125,7 +125,8 @@ def test_orphaned_grandchild_is_reaped(make_pod: MakePod, tmp_path: Path) -> Non
 
 def test_leader_name_never_resolves(make_pod: MakePod) -> None:
     lws = {"LWS_LEADER_ADDRESS": "leader.invalid", "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "1"}
-    pod = make_pod({**lws, "LLMD_LEADER_WAIT_SECONDS": "2"}, nodes=2).start()
+    # Not parked (LLMD_PARK_SECONDS=0): the subject is the bounded wait (parking: test_parking.py).
+    pod = make_pod({**lws, "LLMD_LEADER_WAIT_SECONDS": "2", "LLMD_PARK_SECONDS": "0"}, nodes=2).start()
     started = time.monotonic()
     code = pod.finish()
     assert_clean_exit(pod, code, 2)

@@ -105,6 +105,7 @@ def test_a_route_to_the_leader_through_another_nic_is_refused(tmp_path: Path) ->
         "LWS_LEADER_ADDRESS": "10.8.0.1",
         "LWS_GROUP_SIZE": "2",
         "LWS_WORKER_INDEX": "1",
+        "LLMD_PARK_SECONDS": "0",  # the subject is the refusal, not parking (test_parking.py)
     }
     wrong = f"{NINE_VETHS}; {ON_FIFTH}; ip addr add 10.8.0.5/24 dev v2a"
     code, out = launch(tmp_path, in_netns(wrong), env)

@@ -42,6 +42,7 @@ def test_a_port_used_twice_in_one_pod_fails_single_pod_plan(run_cli: Any, tmp_pa
 def test_a_port_used_twice_in_one_pod_fails_run_before_anything_starts(run_cli: Any, tmp_path: Path) -> None:
     """`run` refuses it with the input checks: no probe server, no preflight, no engine."""
     env = {**_recipe(tmp_path, CLASH), **LEADER, "LLMD_TERMINATION_LOG": str(tmp_path / "term")}
+    env["LLMD_PARK_SECONDS"] = "0"  # in an LWS group it would park (tests/supervisor/test_parking.py)
     code, _, err = run_cli("run", env=env)
     assert code == 2
     assert "port 8201 is both engine http-rank1 and engine kv-events-rank0" in err

@@ -1,0 +1,132 @@
+"""Parking: in an LWS group, a mistake a restart cannot fix keeps the pod alive instead of ending it.
+
+Under LWS's RecreateGroupOnPodRestart any exit recreates the whole group (kubernetes-sigs/lws
+`pkg/controllers/pod_controller.go` `handleRestartPolicy`): the new pods fail the same way a minute
+later, with no kubelet back-off (they are new pods) and the reason deleted with the old ones. So bad
+input or a failed preflight parks the pod instead: nothing is spawned; /livez answers 200 (the
+kubelet must not restart it), /startupz and /readyz 503 with the reason; the reason is logged again
+every REMIND_EVERY seconds; and the inputs are read again and preflight re-run with back-off, so a
+fixed ConfigMap (mounted files are updated in place), a finished checkpoint copy or a freed port
+starts the engine in the same pod. The container's env cannot change without a new pod: a problem
+in it heals only by a rollout, and the pod says so.
+
+Parking ends with exit 2 after LLMD_PARK_SECONDS, or at once on SIGTERM, with the reason in the
+termination message. Outside a group (no LWS env) nothing parks: exit 2 at once, as before.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
+
+from healthchecks.state import Parked, PodHealth
+from launcher.contract.errors import ConfigError, Problem
+from launcher.contract.exits import BAD_INPUT, signal_name
+from launcher.contract.log import Log
+from launcher.supervise.outcome import Outcome
+from launcher.supervise.supervisor import SignalReceived
+
+if TYPE_CHECKING:
+    from launcher.supervise.supervisor import Event
+
+FIRST_RECHECK = 1.0  # seconds before the first re-check; doubled after each, up to MAX_RECHECK
+MAX_RECHECK = 30.0
+REMIND_EVERY = 60.0  # seconds between two log lines of the same reason
+LWS_ENV = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX")  # LWS injects all three
+# Problems named after the container's env: only a new pod (a rollout) changes them. These names are
+# env too, but what they point at can change in place: the recipe file's content, the leader's DNS
+# record, the process holding the probe port.
+_ENV_NAME = re.compile(r"(LLMD|LWS|POD|TPU|NODE)_[A-Z0-9_]+")
+_NOT_ENV = ("LLMD_RECIPE_FILE", "LWS_LEADER_ADDRESS", "LLMD_PROBE_PORT")
+
+
+def in_group(environ: Mapping[str, str]) -> bool:
+    """The pod runs in a LeaderWorkerSet group: a restart would recreate the group."""
+    return any(name in environ for name in LWS_ENV)
+
+
+def heals_in_place(problem: Problem) -> bool:
+    """Whether fixing it needs no new pod: a recipe file, the checkpoint, a port, the leader's DNS
+    record can change under a running pod; the container's env (an LLMD_* value, LWS_*, POD_*) cannot."""
+    head = problem.setting.split(" ", 1)[0]
+    return head in _NOT_ENV or not _ENV_NAME.fullmatch(head)
+
+
+class Parking:
+    """One pod's parking: parks it on each failed attempt, says when to try again, and ends it."""
+
+    def __init__(
+        self, health: PodHealth, log: Log, bound: float, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.health, self.log, self.bound, self.clock = health, log, bound, clock
+        self.attempts = 0
+        self.began: float | None = None  # when it first parked
+        self.logged: tuple[str, float] | None = None  # the reason last logged, and when
+        health.hold_limit = None if math.isinf(bound) else bound
+
+    def park(self, error: ConfigError) -> None:
+        """Park (or stay parked) on this attempt's problems; log them when new, or again when due."""
+        now = self.clock()
+        reason = "; ".join(str(p) for p in error.problems)
+        heals = "in place" if all(heals_in_place(p) for p in error.problems) else "by a rollout"
+        parked = self.health.parked
+        if self.began is None:
+            self.began = now
+        self.health.park(
+            Parked(reason, tuple(p.setting for p in error.problems), heals, parked.since if parked else now)
+        )
+        self.attempts += 1
+        if self.logged is None or self.logged[0] != reason or now - self.logged[1] >= REMIND_EVERY:
+            self.logged = (reason, now)
+            self.log.error(
+                "parked: a restart would recreate the LWS group into the same mistake",
+                problems=[str(p) for p in error.problems],
+                heals=heals,
+                parked_s=round(now - self.began, 1),
+                limit_s="forever" if math.isinf(self.bound) else self.bound,
+                next_check_s=self.next_check(),
+            )
+
+    def next_check(self) -> float:
+        return float(min(MAX_RECHECK, FIRST_RECHECK * 2 ** max(0, self.attempts - 1)))
+
+    def out_of_time(self) -> bool:
+        return self.began is not None and self.clock() - self.began >= self.bound
+
+    async def pause(self, events: asyncio.Queue[Event]) -> Outcome | None:
+        """Until the next check (None), or the outcome when parking ends: its bound, or a stop signal."""
+        if self.out_of_time():
+            return self.end(f"LLMD_PARK_SECONDS={self.bound:g} ran out")
+        wait = min(self.next_check(), self.bound - (self.clock() - (self.began or self.clock())))
+        try:
+            event = await asyncio.wait_for(events.get(), timeout=max(0.0, wait))
+        except asyncio.TimeoutError:
+            return None
+        if isinstance(event, SignalReceived):
+            return self.end(f"stopped by {signal_name(event.signum)}")
+        return None
+
+    def resume(self) -> None:
+        """The inputs read: try preflight (parked time so far does not count against start-up)."""
+        self.health.unpark()
+
+    def healed(self) -> None:
+        if self.began is not None:
+            parked = round(self.clock() - self.began, 1)
+            self.log.info(
+                "no longer parked: the checks pass; starting", parked_s=parked, checks=self.attempts
+            )
+
+    def end(self, how: str) -> Outcome:
+        """Exit 2, the problems first (the termination message keeps its head)."""
+        parked = self.health.parked
+        reason, heals = (parked.reason, parked.heals) if parked is not None else ("parked", "in place")
+        seconds = self.clock() - (self.began or self.clock())
+        self.health.unpark()
+        return Outcome(
+            BAD_INPUT.number, f"{reason} (parked {seconds:.0f} s in an LWS group, heals {heals}; {how})"
+        )
