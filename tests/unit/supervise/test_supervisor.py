@@ -116,6 +116,7 @@ class FakeSpawner:
     starts: list[tuple[float, str]] = field(default_factory=list)
     signals: list[tuple[float, str, int]] = field(default_factory=list)  # (time, process, signal)
     children: dict[int, FakeChild] = field(default_factory=dict)
+    listings: int = 0  # calls of descendants(): each lists every process of the host (/proc)
     _exited: list[tuple[int, int]] = field(default_factory=list)
     _on_exit: Callable[[], None] | None = None
     _pids: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
@@ -174,6 +175,7 @@ class FakeSpawner:
         self.kill(pgid, sig)  # each fake process is alone in its group
 
     def descendants(self) -> list[Descendant]:
+        self.listings += 1
         return [Descendant(c.pid, c.pid) for c in self.children.values() if c.alive]
 
     def signalled(self, name: str, sig: int) -> list[float]:
@@ -356,12 +358,14 @@ def test_the_engine_ending_ends_the_pod_with_its_code(code: int, exit_code: int,
 
 
 def test_a_dead_engine_ends_the_pod_the_moment_its_last_process_is_reaped() -> None:
-    """Nothing is left to kill, so the final sweep looks twice and waits for nothing (a fixed pause
-    there made the death path 4x slower: bench/results/supervisor.md)."""
+    """Nothing is left to kill, so the final sweep waits for nothing (a fixed pause there made the
+    death path 4x slower: bench/results/supervisor.md) and looks once more only."""
     spawner = FakeSpawner({"engine": [Script(exits_after=5, code=-signal.SIGKILL)], "render": [Script()]})
     outcome, pod = supervise(spawner)
     assert outcome.exit_code == 137
     assert pod.ended_at == pytest.approx(5, abs=0.001)  # render stops at once when signalled
+    # Each listing reads all of /proc: strays to signal, the look that found all gone, its confirmation.
+    assert spawner.listings == 3
 
 
 def test_a_sweep_that_killed_looks_again_for_a_re_spawned_replacement() -> None:
