@@ -84,8 +84,11 @@ def standin_pod(root: Path, n: int, env: dict[str, str] | None = None, extra: st
     return LauncherPod(workdir, {**base, **(env or {})}, port=port)
 
 
-def engine_pid(pod: LauncherPod) -> int:
-    return next(c.pid for c in psutil.Process(pod.pid).children() if "serve" in c.cmdline())
+def engine_pid(pod: LauncherPod, as_pid_1: bool = False) -> int:
+    launcher = psutil.Process(pod.pid)
+    if as_pid_1:  # unshare's forked child is the launcher
+        launcher = launcher.children()[0]
+    return next(c.pid for c in launcher.children() if "serve" in c.cmdline())
 
 
 def pct(values: list[float], q: float) -> float:
@@ -103,15 +106,24 @@ class Death:
     steps: dict[str, float]  # CLOCK_MONOTONIC per step (bench/steps/sitecustomize.py), "killed" first
 
 
-def death_to_exit(root: Path, runs: int, *, traced: bool = False, first: int = 0) -> list[Death]:
+# As a container's ENTRYPOINT: PID 1 of its own PID namespace, with a /proc that shows the pod alone
+# (tests/supervisor/test_pid1.py). unshare waits for it as the container runtime would.
+PID_NAMESPACE = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc"]
+
+
+def death_to_exit(
+    root: Path, runs: int, *, traced: bool = False, first: int = 0, as_pid_1: bool = False
+) -> list[Death]:
     deaths = []
     for n in range(first, first + runs):
         trace = root / f"steps{n}.json"
         env = {"LLMD_BENCH_STEPS": str(trace), "PYTHONPATH": f"{STEPS_DIR}:{REPO}"} if traced else {}
-        pod = standin_pod(root, n, env).start()
+        pod = standin_pod(root, n, env)
+        pod.wrapper = PID_NAMESPACE if as_pid_1 else []
+        pod.start()
         pod.wait_for("engine | stand-in engine up")
         pod.wait_for("render | stand-in render up")
-        pid = engine_pid(pod)
+        pid = engine_pid(pod, as_pid_1)
         assert pod.proc is not None
         start = time.monotonic()
         os.kill(pid, signal.SIGKILL)
@@ -410,6 +422,7 @@ def main() -> None:
         print(f"engine death -> exit, {ns.runs} runs, then {ns.step_runs} traced; {load()}", flush=True)
         deaths = death_to_exit(root, ns.runs)
         traced = death_to_exit(root, ns.step_runs, traced=True, first=ns.runs)
+        as_pid_1 = death_to_exit(root, ns.runs, first=ns.runs + ns.step_runs, as_pid_1=True)
         death_load = load()
         print(f"footprints over {ns.idle_seconds:g} s", flush=True)
         floor, floor_without_rich = dependency_floor(), dependency_floor(block_rich=True)
@@ -434,6 +447,11 @@ def main() -> None:
         f"{p99:.1f} ms",
         f"<= {DEATH_GOAL_MS:g} ms",
         p99 <= DEATH_GOAL_MS,
+    )
+    took = [d.took for d in as_pid_1]
+    med, p99 = statistics.median(took) * 1000, pct(took, 0.99) * 1000
+    row(
+        "... as PID 1 of a PID namespace (a pod's /proc), median / p99", f"{med:.1f} / {p99:.1f} ms", "", None
     )
     row("dependencies imported, nothing of ours: RSS (USS)", mb(floor), "", None)
     row("the same without `rich` (structlog imports it if installed)", mb(floor_without_rich), "", None)

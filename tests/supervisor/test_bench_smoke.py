@@ -24,6 +24,7 @@ def test_the_supervisor_benchmark_runs_and_prints_every_table() -> None:
     rows = [line.split(" | ")[0].lstrip("| ") for line in out.stdout.splitlines() if line.startswith("| ")]
     for measure in (
         "engine SIGKILL -> launcher exit, p99",
+        "... as PID 1 of a PID namespace (a pod's /proc), median / p99",
         "dependencies imported, nothing of ours: RSS (USS)",
         "... with KV events on (USS)",
         "start/stop cycles: leftover processes",
