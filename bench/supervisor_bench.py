@@ -41,6 +41,9 @@ from tests.engines.engine_venvs import engine_env  # noqa: E402
 from tests.pods import STANDINS, LauncherPod  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 
+# tests/ports.py gives each pytest-xdist worker a slice of ports of its own; run alone, the bench takes
+# the last one, so test runs beside it (workers gw0, gw1) do not bind the ports it hands its pods.
+os.environ.setdefault("PYTEST_XDIST_WORKER", "gw7")
 VENVS = Path(os.environ.get("LLMD_VENVS", REPO / ".venvs"))
 VLLM_CAP = 120.0  # seconds we give vLLM to report a mistake before calling it "no error"
 STEPS_DIR = REPO / "bench" / "steps"  # its sitecustomize.py timestamps the death path in the launcher
