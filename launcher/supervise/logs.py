@@ -10,22 +10,40 @@ and `timestamp`.)"""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
 import select
 import sys
 from collections import deque
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable, Iterator, MutableMapping
 from datetime import datetime, timezone
 from typing import IO, Any, Protocol, TextIO
-
-import structlog
 
 from launcher.contract.redact import REDACTED, Scrubber, is_secret_name, redact_env
 from launcher.supervise.severity import launcher_severity, severity_of
 
 LAUNCHER = "llm-d-launcher"  # the `process` of the launcher's own lines
+
+
+@contextlib.contextmanager
+def _rich_hidden() -> Iterator[None]:
+    """structlog's console renderer imports `rich` when it is installed (vLLM's images have it) to
+    draw tracebacks, which the launcher never logs: ~2.9 MB of RSS (rich and pygments) for nothing.
+    Hidden while structlog loads, so structlog falls back to plain tracebacks; given back after."""
+    hidden = "rich" not in sys.modules
+    if hidden:
+        sys.modules["rich"] = None  # type: ignore[assignment]  # None makes `import rich` fail
+    try:
+        yield
+    finally:
+        if hidden:
+            del sys.modules["rich"]
+
+
+with _rich_hidden():  # the one load-time import of structlog (tests/unit/supervise/test_log_imports.py)
+    import structlog
 
 
 def wants_json(log_format: str, stream: TextIO | None = None) -> bool:

@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 BACKOFF_CAP = 30.0  # seconds: the longest a sidecar waits before its next restart
 DRAIN_READS = 64  # at most 4 MiB passed on when a process exits, so a chatty orphan cannot stall us
+RESPAWN_SETTLE = 0.02  # seconds a sweep that killed waits before it looks again for a replacement
 
 
 def restart_delay(recent_restarts: int, base: float) -> float:
@@ -404,26 +405,31 @@ class Supervisor:
         # A requested stop may use the whole grace period; after a crash nobody is waiting for a
         # drain, and LWS should recreate the group soon.
         window = budget.kill_at if requested else budget.sidecar_window + budget.kill_margin
-        if not await self._wait_quiet(started + window):
+        quiet = await self._wait_quiet(started + window)
+        if not quiet:
             self.log.warning(
                 "killing processes that outlived their stop window",
                 window_s=window,
                 pids=self._descendants(),
                 processes=[s.name for s in self.processes if s.running],
             )
-        await self._sweep(self.clock() + max(0.5, budget.kill_margin - 0.5))
+        await self._sweep(self.clock() + max(0.5, budget.kill_margin - 0.5), seen_quiet=quiet)
 
-    async def _sweep(self, deadline: float) -> None:
+    async def _sweep(self, deadline: float, seen_quiet: bool) -> None:
         """Until nothing of ours is left, seen twice in a row (a listing of /proc can miss a process
-        that is being forked or re-parented): each round freezes every descendant first (SIGSTOP) so
-        none can fork a replacement between the listing and its SIGKILL (a re-spawning daemon)."""
-        quiet = 0
+        that is being forked or re-parented; seen_quiet: the look just before was the first): each
+        round freezes every descendant first (SIGSTOP) so none can fork a replacement between the
+        listing and its SIGKILL (a re-spawning daemon). Only a sweep that had to kill pauses before
+        its second look, for such a replacement to show: when nothing was left (the usual end, an
+        engine's death included), nothing is waited for."""
+        quiet, killed = int(seen_quiet), False
         while quiet < 2 and self.clock() < deadline:
             if await self._wait_quiet(self.clock()):
                 quiet += 1
-                await asyncio.sleep(0.02)
+                if killed and quiet == 1:
+                    await asyncio.sleep(RESPAWN_SETTLE)
                 continue
-            quiet = 0
+            quiet, killed = 0, True
             self.log.warning("killing what is left", pids=self._descendants())
             self._kill_all(signal.SIGSTOP)
             self._kill_all(signal.SIGKILL)
