@@ -31,11 +31,20 @@ async def read_counters(
 ) -> tuple[float | None, str | None]:
     """(the counters' sum or None when none is exposed, None) when /metrics answers 200;
     (None, why not) otherwise."""
+    sums, failed = await read_sums(session, host, port, (names,), timeout)
+    return sums[0], failed
+
+
+async def read_sums(
+    session: ClientSession, host: str, port: int, groups: tuple[tuple[str, ...], ...], timeout: float
+) -> tuple[tuple[float | None, ...], str | None]:
+    """One read of /metrics, one sum per group of sample names (None: none exposed): (sums, None)
+    when it answers 200; (all None, why not) otherwise."""
     where = f"[{host}]" if ":" in host else host
     try:
         status, text = await http_get(session, f"http://{where}:{port}/metrics", timeout, read=True)
     except NoAnswer as exc:
-        return None, f"GET /metrics: {exc}"
+        return (None,) * len(groups), f"GET /metrics: {exc}"
     if status != 200:
-        return None, f"GET /metrics {status}"
-    return counter_sum(text, names), None
+        return (None,) * len(groups), f"GET /metrics {status}"
+    return tuple(counter_sum(text, names) for names in groups), None

@@ -6,13 +6,22 @@ SIGSTOPped every request hangs until VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, 300 s).
 while an engine works is its own token counters on /metrics. So, per API server:
 
 - the counters moved since the last look: progress, nothing is sent;
-- they stood still for `stall_seconds` (an idle engine, or a stuck one): one canary, the smallest real
-  request (POST /v1/completions, max_tokens 1), with its own deadline. It comes back: progress. It
-  fails or times out: the engine is stalled, /livez turns 503 naming the server, and the verdict
-  ends the pod, stopping the engine as a stalled one (EngineStop.STALLED).
+- requests are running or waiting (the plan's busy gauges): busy, nothing is sent (a long prefill
+  holds the counters still, and a canary queued behind it would time out and cut the user's request);
+- they stood still for `stall_seconds` and it is idle: one canary, the smallest request its runner
+  serves, with the engine's own API key and its own deadline. Its answer says:
+  - 200: the engine core worked, progress;
+  - a timeout, no connection, or a 5xx: stall evidence. /livez turns 503 naming the server, and the
+    verdict ends the pod, stopping the engine as a stalled one (EngineStop.STALLED);
+  - anything else (401/403: a key; 404: a path or model; 400/422: the request's shape): the canary is
+    wrong, and a new pod would be just as wrong. Logged once with the fix, counted, never a stall;
+    the counters are still watched and the canary asked again a window later.
 
-A busy engine is never canaried; an idle one costs one token per `stall_seconds`. Watching begins when
-start-up has ended and stops with the first stall.
+The key is the value of the canary's `api_key_env` in the engine's environment (engine_api_key); it
+travels only in the request's Authorization header. No engine reply body reaches /livez, the verdict
+or the metrics: only its status (a body may echo anything); the log line of a refusal carries an
+excerpt, scrubbed like every log line. An idle engine costs one canary per `stall_seconds`. Watching
+begins when start-up has ended and stops with the first stall.
 """
 
 from __future__ import annotations
@@ -20,25 +29,72 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from prometheus_client.core import Metric
 
-from healthchecks.engine_metrics import read_counters
+from healthchecks.engine_metrics import read_sums
 from healthchecks.metrics import FORWARD_CANARIES, FORWARD_LAST_PROGRESS, FORWARD_STALLED, wall_time
 from healthchecks.watcher import Watcher
 from launcher.contract.exits import STALLED
 from launcher.contract.log import Log
-from launcher.contract.plan import ProgressSource, ProgressWatch
+from launcher.contract.plan import Canary, ProgressSource, ProgressWatch
 from launcher.contract.stop import EngineStop, Verdict
 
 if TYPE_CHECKING:
     from aiohttp import ClientSession
 
-CANARY_PROMPT = "Hi"  # a fixed, tiny prompt: one or two tokens in any tokenizer
 CANARY_AGENT = "llm-d-launcher-canary"  # so the engine's access log says who sent it
+Outcome = Literal["ok", "failed", "refused"]
+OUTCOMES: tuple[Outcome, ...] = ("ok", "failed", "refused")
+
+
+def engine_api_key(canary: Canary, engine_env: Mapping[str, str]) -> str | None:
+    """The key the engine enforces, as its own environment gives it (the plan's env over the
+    launcher's, which it inherits); None when the engine reads none from there."""
+    if canary.api_key_env is None:
+        return None
+    return engine_env.get(canary.api_key_env) or None
+
+
+def judge(status: int) -> Outcome:
+    """200: the engine core worked. 5xx: it failed, stall evidence. Any other status is the API
+    server refusing the canary itself (its key, path, model or shape): not the engine's progress."""
+    if status == 200:
+        return "ok"
+    return "failed" if status >= 500 else "refused"
+
+
+def refusal_fix(status: int, canary: Canary, key_sent: bool) -> str:
+    """Why the canary was refused, and what makes it right; said once in the log."""
+    if status in (401, 403):
+        if canary.api_key_env is None:
+            why = "the engine enforces an API key the launcher cannot send"
+        elif key_sent:
+            why = f"the engine refused the key in {canary.api_key_env}"
+        else:
+            why = "the engine enforces an API key the launcher cannot see"
+        return f"{why}: {canary.key_fix}"
+    if status == 404:
+        return (
+            f"the engine serves no POST {canary.path} for model {canary.body.get('model')}: {canary.path_fix}"
+        )
+    if status in (400, 422):
+        return (
+            f"the engine refused the canary's request shape (POST {canary.path}): set LLMD_STALL_SECONDS=0 "
+            "to send none, and report the engine's answer"
+        )
+    return f"HTTP {status} proves neither progress nor a stall; the canary is asked again a window later"
+
+
+@dataclass(frozen=True)
+class CanaryAnswer:
+    outcome: Outcome
+    detail: str  # for /livez and the verdict: the status or the failure, never a body
+    status: int | None = None
+    excerpt: str = ""  # the head of the reply's body, for the log only
 
 
 @dataclass
@@ -46,9 +102,10 @@ class SourceState:
     source: ProgressSource
     tokens: float | None = None  # the counters' sum at the last look (None: not read yet)
     progress_at: float | None = None  # when they last moved, or a canary came back
+    canaried_at: float | None = None  # when the latest canary came back, answered or refused
     read: str = "not read yet"  # the latest /metrics outcome
     canary: str = "none sent"  # the latest canary's outcome
-    canaries: Counter[str] = field(default_factory=Counter)  # by outcome: ok, failed
+    canaries: Counter[str] = field(default_factory=Counter)  # by outcome: ok, failed, refused
 
     def as_dict(self, now: float) -> dict[str, Any]:
         since = None if self.progress_at is None else round(now - self.progress_at, 1)
@@ -70,15 +127,19 @@ class ForwardWatcher(Watcher):
         interval: float,
         timeout: float,
         log: Log,
+        api_key: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        """started(): whether start-up has ended; timeout: for reading /metrics (the canary has its own)."""
+        """started(): whether start-up has ended; timeout: for reading /metrics (the canary has its own);
+        api_key: engine_api_key's answer, sent as a Bearer token."""
         self.watch = watch
         self.states = [SourceState(s) for s in watch.sources]
         self.started, self.interval, self.timeout = started, interval, timeout
         self.log, self.clock = log, clock
+        self._api_key = api_key
         self.stalled: str | None = None  # the verdict, once given
         self.stalled_source: str | None = None  # the API server it is about
+        self.told: set[int] = set()  # the refusals already logged, by status
 
     async def run(self) -> Verdict:
         """Until a stall (its verdict) or the task is cancelled."""
@@ -95,62 +156,88 @@ class ForwardWatcher(Watcher):
         return Verdict(self.stalled, STALLED.number, EngineStop.STALLED)
 
     async def check(self, session: ClientSession, state: SourceState) -> None:
-        tokens = await self._read(session, state)
+        tokens, busy = await self._read(session, state)
         now = self.clock()
         if state.progress_at is None or (tokens is not None and tokens != state.tokens):
             state.progress_at = now  # the first look starts the clock: start-up just ended
             state.tokens = tokens if tokens is not None else state.tokens
             return
-        still = now - state.progress_at
-        if still < self.watch.stall_seconds or self.stalled is not None:
+        window_began = max(state.progress_at, state.canaried_at or state.progress_at)
+        if now - window_began < self.watch.stall_seconds or self.stalled is not None or busy:
             return
-        ok, detail = await self._canary(session, state)
-        state.canary = detail
-        state.canaries["ok" if ok else "failed"] += 1
-        if ok:
-            state.progress_at = self.clock()
-            self.log.debug("canary answered", source=state.source.name, detail=detail)
+        answer = await self._canary(session, state.source.port)
+        state.canary, state.canaried_at = answer.detail, self.clock()
+        state.canaries[answer.outcome] += 1
+        if answer.outcome == "ok":
+            state.progress_at = state.canaried_at
+            self.log.debug("canary answered", source=state.source.name, detail=answer.detail)
+        elif answer.outcome == "refused":
+            assert answer.status is not None
+            self._tell(state, answer.status, answer.excerpt)
+        else:
+            self.stalled_source = state.source.name
+            self.stalled = STALLED.says(
+                detail=f"{state.source.name} (:{state.source.port}) made no progress for "
+                f"{self.clock() - state.progress_at:.0f} s ({' and '.join(self.watch.counters)} still; "
+                f"/metrics: {state.read}) and its canary {answer.detail}"
+            )
+            if answer.excerpt:
+                self.log.warning("canary failed", source=state.source.name, answer=answer.excerpt)
+
+    def _tell(self, state: SourceState, status: int, excerpt: str) -> None:
+        """Once per status: the canary is wrong, what fixes it. Never a stall."""
+        if status in self.told:
             return
-        self.stalled_source = state.source.name
-        self.stalled = STALLED.says(
-            detail=f"{state.source.name} (:{state.source.port}) made no progress for "
-            f"{self.clock() - state.progress_at:.0f} s ({' and '.join(self.watch.counters)} still; "
-            f"/metrics: {state.read}) and its canary {detail}"
+        self.told.add(status)
+        fix = refusal_fix(status, self.watch.canary, self._api_key is not None)
+        self.log.warning(
+            f"canary refused with HTTP {status}, not a stall (told once): {fix}",
+            source=state.source.name,
+            answer=excerpt,
         )
 
-    async def _read(self, session: ClientSession, state: SourceState) -> float | None:
-        tokens, failed = await read_counters(
-            session, "127.0.0.1", state.source.port, self.watch.counters, self.timeout
+    async def _read(self, session: ClientSession, state: SourceState) -> tuple[float | None, bool]:
+        """The token counters' sum (None: not exposed or not read), and whether requests are running
+        or waiting."""
+        (tokens, requests), failed = await read_sums(
+            session, "127.0.0.1", state.source.port, (self.watch.counters, self.watch.busy), self.timeout
         )
+        busy = requests is not None and requests > 0
         if failed is not None:
             state.read = failed
         else:
             state.read = "no token counters" if tokens is None else f"{tokens:.0f} tokens"
-        return tokens
+            if busy:
+                state.read += f", {requests:g} requests running or waiting"
+        return tokens, busy
 
-    async def _canary(self, session: ClientSession, state: SourceState) -> tuple[bool, str]:
+    async def _canary(self, session: ClientSession, port: int) -> CanaryAnswer:
         import aiohttp
 
-        seconds = self.watch.canary_seconds
-        body = {"model": self.watch.model, "prompt": CANARY_PROMPT, "max_tokens": 1, "temperature": 0}
+        seconds, canary = self.watch.canary_seconds, self.watch.canary
+        headers = {"User-Agent": CANARY_AGENT}
+        if self._api_key is not None:
+            headers["Authorization"] = f"Bearer {self._api_key}"
         began = self.clock()
         try:
             async with session.post(
-                f"http://127.0.0.1:{state.source.port}/v1/completions",
-                json=body,
-                headers={"User-Agent": CANARY_AGENT},
+                f"http://127.0.0.1:{port}{canary.path}",
+                json=dict(canary.body),
+                headers=headers,
                 timeout=aiohttp.ClientTimeout(total=seconds),
             ) as reply:
-                text = await reply.text()
+                body = await reply.read()
                 status = reply.status
         except asyncio.TimeoutError:
-            return False, f"timed out after {seconds:g} s"
+            return CanaryAnswer("failed", f"timed out after {seconds:g} s")
         except aiohttp.ClientError as exc:
-            return False, f"failed: {type(exc).__name__}: {exc}"
-        took = self.clock() - began
-        if status != 200:
-            return False, f"failed: HTTP {status} {' '.join(text.split())[:200]}"
-        return True, f"answered in {took:.2f} s"
+            return CanaryAnswer("failed", f"failed: {type(exc).__name__}: {exc}")
+        outcome = judge(status)
+        if outcome == "ok":
+            return CanaryAnswer(outcome, f"answered in {self.clock() - began:.2f} s", status)
+        excerpt = " ".join(body.decode("utf-8", errors="replace").split())[:200]
+        verb = "failed" if outcome == "failed" else "refused"
+        return CanaryAnswer(outcome, f"{verb}: HTTP {status}", status, excerpt)
 
     # -------------------------------------------------------------- the watcher protocol
     def not_live(self) -> str | None:
@@ -169,6 +256,6 @@ class ForwardWatcher(Watcher):
             if state.progress_at is not None:
                 progress.add_metric(name, wall_time(state.progress_at, now))
             stalled.add_metric(name, float(self.stalled_source == state.source.name))
-            for outcome in ("ok", "failed"):
+            for outcome in OUTCOMES:
                 canaries.add_metric([state.source.name, outcome], state.canaries[outcome])
         yield from (progress, stalled, canaries)

@@ -45,7 +45,8 @@ async def http_reply(
         async with session.get(
             url, timeout=aiohttp.ClientTimeout(total=timeout), allow_redirects=follow_redirects
         ) as reply:
-            body = (await reply.text()) if read else ""
+            # UTF-8, bytes that are not as U+FFFD: no body can raise past here (Prometheus text is UTF-8).
+            body = (await reply.read()).decode("utf-8", errors="replace") if read else ""
             return Reply(reply.status, body, {k.lower(): v for k, v in reply.headers.items()})
     except asyncio.TimeoutError:
         raise NoAnswer(f"no answer within {timeout:g} s") from None

@@ -118,7 +118,11 @@ FORWARD_LAST_PROGRESS = MetricSpec(
 )
 FORWARD_STALLED = MetricSpec("forward_stalled", "gauge", "1 once the engine is judged stalled", ("source",))
 FORWARD_CANARIES = MetricSpec(
-    "forward_canaries", "counter", "one-token canary requests sent, by outcome", ("source", "outcome")
+    "forward_canaries",
+    "counter",
+    "canary requests sent, by outcome: ok (progress), failed (stall evidence: a timeout, no connection, "
+    "a 5xx), refused (any other status: the canary is wrong, logged once with the fix, never a stall)",
+    ("source", "outcome"),
 )
 PEER_UP = MetricSpec("peer_up", "gauge", "1 while the group member's launcher answers /livez 200", ("peer",))
 PEER_LAST_ANSWER = MetricSpec(

@@ -5,6 +5,8 @@ Adding a watcher is one module (a Watcher subclass, healthchecks/watcher.py) and
 
 from __future__ import annotations
 
+import os
+
 from healthchecks.checks import CheckRunner
 from healthchecks.state import PodHealth
 from healthchecks.watcher import Watcher
@@ -32,13 +34,15 @@ def build_watchers(plan: Plan, health: PodHealth, settings: Settings, log: Log) 
 
         watchers.append(StartupDeadline(health, probes.startup_seconds))
     if probes.forward is not None:
-        from healthchecks.forward import ForwardWatcher
+        from healthchecks.forward import ForwardWatcher, engine_api_key
 
         def serving() -> bool:
             return health.started_at is not None and health.phase != STOPPING
 
+        # The engine's environment as the supervisor spawns it: the pod's, then the plan's.
+        key = engine_api_key(probes.forward.canary, {**os.environ, **plan.engine.env})
         watchers.append(
-            ForwardWatcher(probes.forward, serving, settings.check_interval, settings.check_timeout, log)
+            ForwardWatcher(probes.forward, serving, settings.check_interval, settings.check_timeout, log, key)
         )
     if probes.peers:
         from healthchecks.peers import PeerWatcher

@@ -57,12 +57,33 @@ _REQUEST_ERRORS.addHandler(_OneLine())
 _REQUEST_ERRORS.propagate = False
 
 
+def scrubbed(value: Any, scrub: Callable[[str], str]) -> Any:
+    """A JSON-able answer with every string (keys too) passed through the scrubber."""
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {scrubbed(k, scrub): scrubbed(v, scrub) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [scrubbed(v, scrub) for v in value]
+    return value
+
+
 class ProbeServer:
     """`holder_of(port)` names the process that holds a port, for the error when ours is taken: the
-    runtime's process-table scan (launcher/supervise/preflight.py), handed in so the probes need none."""
+    runtime's process-table scan (launcher/supervise/preflight.py), handed in so the probes need none.
+    `scrub` hides the pod's secret values in every answer, as in the logs and the termination message:
+    the probe port listens on every interface."""
 
-    def __init__(self, health: PodHealth, host: str, port: int, holder_of: Callable[[int], str]) -> None:
+    def __init__(
+        self,
+        health: PodHealth,
+        host: str,
+        port: int,
+        holder_of: Callable[[int], str],
+        scrub: Callable[[str], str],
+    ) -> None:
         self.health, self.host, self.port, self.holder_of = health, host, port, holder_of
+        self.scrub = scrub
         self.registry, self._latency = build_registry(health)
         app = web.Application(middlewares=[_http_1_only])
         app.router.add_get("/livez", self._probe("livez", health.liveness))
@@ -103,7 +124,7 @@ class ProbeServer:
             began = time.perf_counter()
             ok, body = answer()
             response = web.Response(
-                body=json.dumps(body, separators=(",", ":")).encode(),
+                body=json.dumps(scrubbed(body, self.scrub), separators=(",", ":")).encode(),
                 status=200 if ok else 503,
                 content_type=JSON,
                 headers={IDENTITY_HEADER: self.health.identity} if self.health.identity else None,
@@ -118,12 +139,12 @@ class ProbeServer:
         watcher = self.health.watcher(KvEventWatcher.name)
         if watcher is None:
             return web.json_response({"watching": False}, status=404)
-        return web.json_response({"watching": True, **watcher.details()})
+        return web.json_response(scrubbed({"watching": True, **watcher.details()}, self.scrub))
 
     async def _metrics(self, _: web.Request) -> web.Response:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
         began = time.perf_counter()
-        body: Any = generate_latest(self.registry)
+        body: Any = self.scrub(generate_latest(self.registry).decode()).encode()
         self._latency.labels("metrics").observe(time.perf_counter() - began)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})

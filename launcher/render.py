@@ -194,10 +194,19 @@ def _probes_dict(probes: Probes) -> dict[str, Any]:
 
 
 def _forward_dict(watch: ProgressWatch) -> dict[str, Any]:
+    canary = watch.canary
     return {
         "sources": [{"name": s.name, "port": s.port} for s in watch.sources],
         "counters": list(watch.counters),
-        "model": watch.model,
+        "busy": list(watch.busy),
+        "model": canary.body.get("model"),  # the served name the canary asks for
+        "canary": {
+            "path": canary.path,
+            "body": dict(canary.body),
+            "api_key_env": canary.api_key_env,
+            "key_fix": canary.key_fix,
+            "path_fix": canary.path_fix,
+        },
         "stall_seconds": watch.stall_seconds,
         "canary_seconds": watch.canary_seconds,
         "covers": list(watch.covers),
@@ -334,10 +343,18 @@ def _probes_text(probes: Probes) -> list[str]:
     if (watch := probes.forward) is not None:
         sources = ", ".join(f"{s.name} :{s.port}" for s in watch.sources)
         covers = f"; covers the headless {', '.join(watch.covers)}" if watch.covers else ""
+        canary = watch.canary
+        key = (
+            f"its key from ${canary.api_key_env}"
+            if canary.api_key_env
+            else "no key (the engine reads none from env)"
+        )
+        busy = f" and {' / '.join(watch.busy)} at 0" if watch.busy else ""
         out.append(
             f"  forward progress: {' / '.join(watch.counters)} on {sources} /metrics; still for "
-            f"{watch.stall_seconds:g} s: canary POST /v1/completions (model {watch.model}, max_tokens 1) "
-            f"within {watch.canary_seconds:g} s, else stalled: /livez 503, exit 5{covers}"
+            f"{watch.stall_seconds:g} s{busy}: canary POST {canary.path} {json.dumps(dict(canary.body))} "
+            f"with {key} within {watch.canary_seconds:g} s, else (a timeout, no connection, a 5xx) "
+            f"stalled: /livez 503, exit 5; a 4xx is a wrong canary, logged once, never a stall{covers}"
         )
     elif probes.forward_watched_by:
         out.append(

@@ -164,7 +164,7 @@ async def _run(
     health = PodHealth(_first_probes(first))
     health.identity = _identity()
     health.dropped_lines = lambda: output.dropped  # read at scrape time
-    server = await _serve(health, _setting(first, "probe_host"), _setting(first, "probe_port"))
+    server = await _serve(health, _setting(first, "probe_host"), _setting(first, "probe_port"), scrub)
     try:
         ready = await _until_prepared(cli_settings, first, log, health, events, scrub)
         if isinstance(ready, Outcome):  # a signal, the start-up deadline or parking's bound came first
@@ -172,7 +172,7 @@ async def _run(
         inputs, prepared = ready
         if (server.host, server.port) != (inputs.settings.probe_host, inputs.settings.probe_port):
             await server.stop()  # parked before the recipe's launcher: section could say where
-            server = await _serve(health, inputs.settings.probe_host, inputs.settings.probe_port)
+            server = await _serve(health, inputs.settings.probe_host, inputs.settings.probe_port, scrub)
         health.use_plan(prepared.probes)
         _freeze_heap()
         config = SupervisorConfig.from_settings(inputs.settings)
@@ -195,11 +195,12 @@ def _build_info(inputs: Inputs) -> BuildInfo:
     return BuildInfo(__version__, plan.recipe, pool, plan.role.name, kind, plan.needs.catalog_version or "")
 
 
-async def _serve(health: PodHealth, host: str, port: int) -> ProbeServer:
+async def _serve(health: PodHealth, host: str, port: int, scrub: Scrubber) -> ProbeServer:
+    """The probe server; its answers pass through the scrubber, like the logs."""
     from healthchecks.server import ProbeServer
     from launcher.supervise.preflight import listener_of
 
-    server = ProbeServer(health, host, port, listener_of)
+    server = ProbeServer(health, host, port, listener_of, scrub)
     await server.start()
     return server
 

@@ -10,6 +10,7 @@ from launcher.config.recipe import ArgValue, Recipe
 from launcher.config.recipe_file import RecipeSource
 from launcher.contract.errors import ConfigError, Problem
 from launcher.contract.plan import (
+    Canary,
     FileSpec,
     KvEventsWatch,
     Plan,
@@ -60,12 +61,14 @@ class BuildContext:
         return merged
 
     def progress_watch(
-        self, sources: list[ProgressSource], counters: tuple[str, ...], model: str
+        self, sources: list[ProgressSource], counters: tuple[str, ...], busy: tuple[str, ...], canary: Canary
     ) -> ProgressWatch | None:
         """The forward-progress watch of a serving engine; None when LLMD_STALL_SECONDS is 0."""
         if self.stall_seconds <= 0 or not sources:
             return None
-        return ProgressWatch(tuple(sources), counters, model, self.stall_seconds, self.canary_seconds)
+        return ProgressWatch(
+            tuple(sources), counters, canary, self.stall_seconds, self.canary_seconds, busy=busy
+        )
 
     def startup_env(self, name: str | None) -> dict[str, str]:
         """An engine start-up timeout that would fire before the launcher's deadline, raised to it

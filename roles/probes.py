@@ -7,9 +7,10 @@
   leader's API opens only after the whole group has loaded, so that is also when a worker's start-up
   ends: it has joined.
 - A serving engine (vLLM leader or API pod, each DP rank behind the DP supervisor, the SGLang leader)
-  is watched for forward progress (ProgressWatch): its token counters must move, or a one-token
-  canary must come back. A headless worker has no API; a stalled worker stops the leader's steps, so
-  the leader's watch covers the group's workers, and the worker's plan says so.
+  is watched for forward progress (ProgressWatch): its token counters must move, or a canary (the
+  smallest request its runner serves: `completion_body`, `pooling_body`) must come back. A headless
+  worker has no API; a stalled worker stops the leader's steps, so the leader's watch covers the
+  group's workers, and the worker's plan says so.
 - Every pod of a multi-pod group watches its peers' launchers (the leader its workers, a worker its
   leader): one that answered once and then stops answering ends this pod too, so LWS recreates the
   group at once. Worker names follow LWS's naming: the leader `<lws>-<g>.<subdomain>.<ns>`, worker i
@@ -85,6 +86,19 @@ def build_probes(
         peer_lost_seconds=peer_lost_seconds,
         startup_seconds=startup_seconds,
     )
+
+
+CANARY_INPUT = "Hi"  # a fixed, tiny input: one or two tokens in any tokenizer
+
+
+def completion_body(model: str) -> dict[str, object]:
+    """A one-token completion (OpenAI /v1/completions), greedy so it costs the same every time."""
+    return {"model": model, "prompt": CANARY_INPUT, "max_tokens": 1, "temperature": 0}
+
+
+def pooling_body(model: str) -> dict[str, object]:
+    """One input to pool (OpenAI /v1/embeddings and vLLM's /pooling take the same shape)."""
+    return {"model": model, "input": CANARY_INPUT}
 
 
 def group_peers(role: Role, port: int, leader: str | None) -> tuple[Peer, ...]:

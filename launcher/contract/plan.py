@@ -101,22 +101,36 @@ class ProgressSource:
     """One API server whose engine's token counters the launcher reads, and canaries when they stand still."""
 
     name: str  # "engine", "rank 3": named in /livez and the termination message
-    port: int  # its API port: GET /metrics, POST /v1/completions
+    port: int  # its API port: GET /metrics, POST the canary
+
+
+@dataclass(frozen=True)
+class Canary:
+    """The smallest request the engine's runner serves (a one-token completion, or one pooled input):
+    its answer proves the engine core worked. The key it sends is the value of `api_key_env` in the
+    engine's own environment, read by the launcher at run time: never in the plan, argv or output."""
+
+    path: str  # POSTed on each source's port
+    body: Mapping[str, object]  # JSON: the served model and the tiniest input
+    api_key_env: str | None  # the engine's variable holding the API key it enforces (None: it reads none)
+    key_fix: str  # told once when the engine refuses the canary's key (401, 403)
+    path_fix: str  # told once when it serves no such path or model (404)
 
 
 @dataclass(frozen=True)
 class ProgressWatch:
     """Forward progress of the serving engine (healthchecks/forward.py). The engine's own token
-    counters must advance; when they have not for `stall_seconds`, one canary (a one-token completion)
-    must come back within `canary_seconds`, or the engine is stalled and the pod ends. A busy engine is
-    never canaried: its counters move. Headless workers have no API: a stalled worker stops the
-    leader's steps, so the leader's watch covers them (`covers`)."""
+    counters must advance; when they have not for `stall_seconds` and no request is running or
+    waiting (`busy`), one canary must come back within `canary_seconds`, or the engine is stalled and
+    the pod ends. A canary the engine refuses (4xx) is wrong, not a stall. Headless workers have no
+    API: a stalled worker stops the leader's steps, so the leader's watch covers them (`covers`)."""
 
     sources: tuple[ProgressSource, ...]
     counters: tuple[str, ...]  # the engine's token counters, as named on its /metrics
-    model: str  # the served model name the canary asks for
+    canary: Canary
     stall_seconds: float
     canary_seconds: float
+    busy: tuple[str, ...] = ()  # its /metrics gauges of running and waiting requests: > 0 is busy
     covers: tuple[str, ...] = ()  # the group's headless pods whose stall this watch sees
 
 

@@ -50,6 +50,10 @@ class EngineFamily(Generic[P]):
     # --kv-transfer-config connector class -> (the module the engine imports for it, its package)
     connector_modules: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     token_counters: tuple[str, ...] = ()  # its /metrics counters that move while it generates
+    busy_gauges: tuple[str, ...] = ()  # its /metrics gauges of running and waiting requests
+    # The environment variable it reads the API key it enforces from (None: only a flag, which the
+    # launcher keeps off argv); the forward-progress canary sends that key.
+    api_key_env: str | None = None
     served_metrics: tuple[str, ...] = ()  # its /metrics families that grow with requests served
     startup_phases: tuple[PhasePattern, ...] = ()  # output lines that announce a start-up phase
     ready_timeout_env: str | None = None  # its own start-up timeout, raised to the launcher's deadline

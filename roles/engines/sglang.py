@@ -10,6 +10,7 @@ from launcher.config.recipe import SglangPool
 from launcher.contract.addresses import host_port
 from launcher.contract.phases import CAPTURING_GRAPHS, DISTRIBUTED_INIT, INITIALIZING, LOADING_WEIGHTS
 from launcher.contract.plan import (
+    Canary,
     HttpCheck,
     MemoryItem,
     PhasePattern,
@@ -23,6 +24,7 @@ from roles.args import Arg, arg, args_from, flag_key
 from roles.context import BuildContext, owned_flags
 from roles.engines.family import EngineFamily
 from roles.memory import size_of
+from roles.probes import completion_body, pooling_body
 
 LAUNCH_SERVER = ["python3", "-m", "sglang.launch_server"]
 
@@ -87,7 +89,10 @@ def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
         health=HttpCheck(pool.port, "/health") if leader else None,
     )
     watch = ctx.progress_watch(
-        [ProgressSource("engine", pool.port)], SGLANG.token_counters, model.served_name or model.path
+        [ProgressSource("engine", pool.port)],
+        SGLANG.token_counters,
+        SGLANG.busy_gauges,
+        _canary(pool, model.served_name or model.path),
     )
     return ctx.plan(
         [engine],
@@ -96,6 +101,22 @@ def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
         leader_port=pool.port,
         progress=SGLANG.startup_output,
         forward=watch,
+    )
+
+
+def _canary(pool: SglangPool, model: str) -> Canary:
+    """An embedding (or reward) model served with --is-embedding answers /v1/embeddings, not
+    /v1/completions (SGLang 0.5.23 srt/entrypoints/http_server.py). SGLang reads its API key from
+    --api-key only (srt/utils/auth.py), which the launcher keeps off argv: the canary sends none."""
+    embedding = pool.args.get("is-embedding", pool.args.get("is_embedding")) not in (None, False)
+    return Canary(
+        "/v1/embeddings" if embedding else "/v1/completions",
+        pooling_body(model) if embedding else completion_body(model),
+        SGLANG.api_key_env,
+        key_fix="SGLang reads its key only from --api-key, which the launcher keeps off argv: serve the "
+        "pool without one (authenticate in front of it), or a stalled idle engine goes unnoticed",
+        path_fix="an embedding or reward model needs `is-embedding: true` in the pool's args, so the "
+        "canary asks /v1/embeddings; any model must be served as model.served_name",
     )
 
 
@@ -124,6 +145,7 @@ SGLANG = EngineFamily(
     # On the leader's /metrics, present only with --enable-metrics (SGLang 0.5.23
     # srt/observability/metrics_collector.py).
     token_counters=("sglang:generation_tokens_total", "sglang:prompt_tokens_total"),
+    busy_gauges=("sglang:num_running_reqs", "sglang:num_queue_reqs"),  # metrics_collector.py too
     # SGLang 0.5.23 srt/distributed/bootstrap.py (init_parallel_runtime), model_runner.py,
     # cuda_graph_setup.py.
     startup_phases=(

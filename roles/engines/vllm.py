@@ -14,6 +14,7 @@ from typing import Any
 from launcher.config.recipe import VllmPool
 from launcher.contract.phases import CAPTURING_GRAPHS, INITIALIZING, LOADING_WEIGHTS, STARTING_SERVER
 from launcher.contract.plan import (
+    Canary,
     FileSpec,
     HttpCheck,
     KvEventSource,
@@ -29,7 +30,7 @@ from launcher.contract.plan import (
     StoreMaster,
 )
 from roles import topology
-from roles.args import Arg, arg, args_from, flatten, to_json
+from roles.args import Arg, arg, args_from, flag_key, flatten, to_json
 from roles.context import BuildContext, owned_flags
 from roles.engines.family import EngineFamily
 from roles.engines.mooncake import MOONCAKE_CONFIG_ENV, MOONCAKE_GID_ENV, mooncake_master
@@ -42,6 +43,7 @@ from roles.engines.vllm_connectors import (
     vllm_kv_events_config,
 )
 from roles.memory import GIB, size_of
+from roles.probes import completion_body, pooling_body
 
 SERVE = ["vllm", "serve"]
 RENDER = ["vllm", "launch", "render"]
@@ -154,8 +156,29 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
         progress=VLLM.startup_output,
         kv_events=_kv_events_watch(pool, ctx) if serves else None,
         forward=ctx.progress_watch(
-            _progress_sources(pool, ctx), VLLM.token_counters, model.served_name or model.path
+            _progress_sources(pool, ctx),
+            VLLM.token_counters,
+            VLLM.busy_gauges,
+            _canary(pool, model.served_name or model.path),
         ),
+    )
+
+
+def _canary(pool: VllmPool, model: str) -> Canary:
+    """vLLM 0.32 serves /v1/completions only to the generate runner. A pooling runner (embedding,
+    classification and reward models: --runner pooling, or --convert embed|classify) serves /pooling,
+    whatever task it pools (vllm/entrypoints/pooling/factories.py); its auth middleware guards only
+    /v1, /v2, /inference and /cohere (entrypoints/serve/middleware/authenticate.py)."""
+    args = {flag_key(k): v for k, v in pool.args.items()}
+    pooling = args.get("runner") == "pooling" or args.get("convert") in ("embed", "classify")
+    return Canary(
+        "/pooling" if pooling else "/v1/completions",
+        pooling_body(model) if pooling else completion_body(model),
+        VLLM.api_key_env,
+        key_fix=f"give the container {VLLM.api_key_env} from the same Secret as the engine's key "
+        "(vLLM prefers --api-key, e.g. from a --config file, which the launcher cannot see)",
+        path_fix="a pooling model (embedding, classification, reward) needs `runner: pooling` in the "
+        "pool's args, so the canary asks /pooling; any model must be served as model.served_name",
     )
 
 
@@ -418,6 +441,10 @@ VLLM = EngineFamily(
     },
     # Every API server exposes these on /metrics (vLLM 0.32.0 vllm/v1/metrics/loggers.py).
     token_counters=("vllm:generation_tokens_total", "vllm:prompt_tokens_total"),
+    busy_gauges=("vllm:num_requests_running", "vllm:num_requests_waiting"),
+    # vLLM 0.32 entrypoints/serve/middleware/register.py: tokens = args.api_key or [envs.VLLM_API_KEY]
+    # (the launcher refuses --api-key on argv, so the env is the one way a key reaches the engine).
+    api_key_env="VLLM_API_KEY",
     served_metrics=("vllm:request_success", "vllm:num_requests_running"),
     # vLLM 0.32 model_loader/weight_utils.py, default_loader.py, v1/engine/core.py,
     # launchers/api_server/entry.py; matched anywhere in a line, past `(EngineCore_DP0 pid=…)` prefixes.

@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from launcher.contract.plan import Canary
+from roles.probes import completion_body
+
 
 class QuietLog:
     """A Log that drops everything (the watchers' log lines are not under test)."""
 
     def __getattr__(self, _name: str) -> Any:
         return lambda *args, **kwargs: None
+
+
+def completion_canary(model: str = "tiny", api_key_env: str | None = "VLLM_API_KEY") -> Canary:
+    """A canary as a vLLM pool's plan carries it (roles/engines/vllm.py)."""
+    return Canary("/v1/completions", completion_body(model), api_key_env, "KEY FIX", "PATH FIX")

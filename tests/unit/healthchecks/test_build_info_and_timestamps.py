@@ -24,6 +24,7 @@ from launcher.contract.plan import (
     ProgressSource,
     ProgressWatch,
 )
+from tests.unit.healthchecks.loopback import completion_canary
 
 AGE = 30.0  # seconds since each watched thing last happened, on the monotonic clock
 
@@ -69,7 +70,7 @@ def test_last_times_are_unix_timestamps_not_ages() -> None:
     health = PodHealth(probes)
     peers = PeerWatcher(probes, 1.0, 1.0, log)
     forward = ForwardWatcher(
-        ProgressWatch((ProgressSource("engine", 8000),), ("tokens",), "m", 60.0, 10.0),
+        ProgressWatch((ProgressSource("engine", 8000),), ("tokens",), completion_canary("m"), 60.0, 10.0),
         lambda: True,
         1.0,
         1.0,

@@ -16,7 +16,7 @@ from healthchecks.state import PodHealth
 from launcher.contract.plan import Check, Probes, ProgressSource, ProgressWatch
 from launcher.contract.stop import RUNNING
 from tests.ports import free_port
-from tests.unit.healthchecks.loopback import QuietLog
+from tests.unit.healthchecks.loopback import QuietLog, completion_canary
 
 COUNTERS = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total")
 
@@ -59,7 +59,7 @@ async def _serve(engine: FakeEngine, port: int) -> web.AppRunner:
 
 
 def _watch(port: int, stall: float = 0.3, canary: float = 0.3) -> ProgressWatch:
-    return ProgressWatch((ProgressSource("rank 3", port),), COUNTERS, "tiny", stall, canary)
+    return ProgressWatch((ProgressSource("rank 3", port),), COUNTERS, completion_canary(), stall, canary)
 
 
 def _run(engine: FakeEngine, seconds: float, port: int | None = None, **kw: float) -> tuple[list[str], float]:

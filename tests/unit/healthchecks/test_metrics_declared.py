@@ -22,6 +22,7 @@ from launcher.contract.plan import (
     ProgressSource,
     ProgressWatch,
 )
+from tests.unit.healthchecks.loopback import completion_canary
 
 
 @pytest.fixture
@@ -34,7 +35,7 @@ def health(monkeypatch: pytest.MonkeyPatch) -> PodHealth:
     health = PodHealth(probes)
     health.build = BuildInfo("0.1.0", "r", "decode", "decode", "vllm", "0.32.0")
     log = structlog.get_logger()
-    watch = ProgressWatch((ProgressSource("engine", 8000),), ("tokens",), "m", 60.0, 10.0)
+    watch = ProgressWatch((ProgressSource("engine", 8000),), ("tokens",), completion_canary("m"), 60.0, 10.0)
     with_peers = Probes(9100, ready=(), started=Check("e", "e"), peers=(Peer("leader", "10.0.0.1", 9100),))
     health.watchers = (
         KvEventWatcher(KvEventsWatch((KvEventSource(0, 5557, None, 8000),), 60.0), log),

@@ -59,7 +59,9 @@ def test_malformed_requests_are_refused_in_one_json_line_each(capsys: pytest.Cap
     probes = Probes(port=port, ready=(Check("engine", "engine"),), started=Check("engine", "engine"))
 
     async def scenario() -> list[bytes]:
-        server = ProbeServer(PodHealth(probes), "127.0.0.1", port, holder_of=lambda _: "another process")
+        server = ProbeServer(
+            PodHealth(probes), "127.0.0.1", port, holder_of=lambda _: "another process", scrub=Scrubber([])
+        )
         await server.start()
         try:
             answers = [await _exchange(port, request) for request in REQUESTS]

@@ -199,9 +199,11 @@ def test_text_plan_says_how_the_pod_is_probed(run_cli: Any) -> None:
         "vllm's output\n"
         "  start-up deadline: 2700 s, then the pod ends (exit 6) naming its phase\n"
         "  forward progress: vllm:generation_tokens_total / vllm:prompt_tokens_total on rank 8 :8200, "
-        "rank 9 :8201, rank 10 :8202, rank 11 :8203 /metrics; still for 60 s: canary POST "
-        "/v1/completions (model moonshotai/Kimi-K3.1-Pro, max_tokens 1) within 20 s, else stalled: "
-        "/livez 503, exit 5\n"
+        "rank 9 :8201, rank 10 :8202, rank 11 :8203 /metrics; still for 60 s and "
+        "vllm:num_requests_running / vllm:num_requests_waiting at 0: canary POST /v1/completions "
+        '{"model": "moonshotai/Kimi-K3.1-Pro", "prompt": "Hi", "max_tokens": 1, "temperature": 0} '
+        "with its key from $VLLM_API_KEY within 20 s, else (a timeout, no connection, a 5xx) stalled: "
+        "/livez 503, exit 5; a 4xx is a wrong canary, logged once, never a stall\n"
     )
 
 
