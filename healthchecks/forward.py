@@ -41,6 +41,7 @@ from healthchecks.watcher import Watcher
 from launcher.contract.exits import STALLED
 from launcher.contract.log import Log
 from launcher.contract.plan import Canary, ProgressSource, ProgressWatch
+from launcher.contract.redact import REDACTED
 from launcher.contract.stop import EngineStop, Verdict
 
 if TYPE_CHECKING:
@@ -236,6 +237,8 @@ class ForwardWatcher(Watcher):
         if outcome == "ok":
             return CanaryAnswer(outcome, f"answered in {self.clock() - began:.2f} s", status)
         excerpt = " ".join(body.decode("utf-8", errors="replace").split())[:200]
+        if self._api_key is not None:  # an answer may echo the request's header
+            excerpt = excerpt.replace(self._api_key, REDACTED)
         verb = "failed" if outcome == "failed" else "refused"
         return CanaryAnswer(outcome, f"{verb}: HTTP {status}", status, excerpt)
 
