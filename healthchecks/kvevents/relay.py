@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from typing import TYPE_CHECKING
 
+from healthchecks.kvevents.bounds import SLICE, bounded, take_turns
 from healthchecks.kvevents.wire import END_SEQ, REPLAY_TIMEOUT
 from healthchecks.watcher import Watcher
 from launcher.contract.log import Log
@@ -42,9 +44,8 @@ class KvEventRelay(Watcher):
         try:
             for source in self.sources:
                 assert source.ipc is not None
-                upstream = ctx.socket(zmq.SUB)
+                upstream = bounded(ctx.socket(zmq.SUB))
                 upstream.setsockopt(zmq.SUBSCRIBE, b"")
-                upstream.setsockopt(zmq.RCVHWM, 0)
                 upstream.connect(source.ipc)
                 public = ctx.socket(zmq.PUB)
                 public.setsockopt(zmq.IPV6, 1)
@@ -75,8 +76,10 @@ class KvEventRelay(Watcher):
 
     @staticmethod
     async def _forward(upstream: zmq.asyncio.Socket, public: zmq.asyncio.Socket) -> None:
+        until = time.monotonic() + SLICE
         while True:
             await public.send_multipart(await upstream.recv_multipart(copy=True))
+            until = await take_turns(until)
 
     async def _replays(self, ctx: zmq.asyncio.Context, router: zmq.asyncio.Socket, engine: str) -> None:
         while True:
@@ -93,12 +96,13 @@ class KvEventRelay(Watcher):
     ) -> None:
         import zmq
 
-        dealer = ctx.socket(zmq.DEALER)
-        dealer.setsockopt(zmq.LINGER, 0)
+        dealer = bounded(ctx.socket(zmq.DEALER))
         dealer.connect(engine)
         try:
             await dealer.send_multipart([b"", start])
+            until = time.monotonic() + SLICE
             while True:
+                until = await take_turns(until)
                 reply = await asyncio.wait_for(dealer.recv_multipart(), timeout=REPLAY_TIMEOUT)
                 reply = reply[1:] if reply and reply[0] == b"" else reply
                 await router.send_multipart([client, b"", *reply])

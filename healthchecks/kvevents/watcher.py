@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from healthchecks.engine_metrics import read_counters
+from healthchecks.kvevents.bounds import RECEIVE_QUEUE, REPLAY_WINDOW, SLICE, bounded, take_turns
 from healthchecks.kvevents.sequence import Gap, Seen, SequenceTracker
 from healthchecks.kvevents.wire import END_SEQ, REPLAY_TIMEOUT, Batch, BlockStored, Malformed, decode
 from healthchecks.watcher import Watcher
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
     import zmq.asyncio
     from prometheus_client.core import Metric
 
-DRAIN_BATCH = 1000  # messages handled per wake-up before yielding to the loop
 COALESCE = 0.05  # seconds: while a publisher is busy its batches are read in bursts, one wake-up each
 RECENT = 16  # BlockStored events kept for /kvevents
 
@@ -123,6 +123,7 @@ class KvEventWatcher(Watcher):
         self.state = state or WatcherState({s.rank: RankStats(s) for s in watch.sources})
         self._sockets: list[zmq.Socket[bytes]] = []
         self._tasks: set[asyncio.Task[None]] = set()
+        self._replaying: set[int] = set()  # ranks with a replay request in flight
         self._logged: set[str] = set()
 
     # -------------------------------------------------------------- life cycle
@@ -142,9 +143,7 @@ class KvEventWatcher(Watcher):
         loop = asyncio.get_running_loop()
         try:
             for stats in self.state.ranks.values():
-                sock = self._ctx.socket(zmq.SUB)
-                sock.setsockopt(zmq.LINGER, 0)
-                sock.setsockopt(zmq.RCVHWM, 0)  # never drop on our side: a drop we cause is a gap we made
+                sock = bounded(self._ctx.socket(zmq.SUB))
                 sock.setsockopt(zmq.SUBSCRIBE, b"")
                 sock.connect(stats.source.ipc or f"tcp://{self.host}:{stats.source.port}")
                 self._sockets.append(sock)
@@ -162,31 +161,35 @@ class KvEventWatcher(Watcher):
             self._ctx.destroy(linger=0)  # closes whatever is left, never blocks
 
     def _pump(self, sock: zmq.Socket[bytes], stats: RankStats) -> None:
-        """Reads what is queued. Idle, it waits for the descriptor; busy, it comes back COALESCE
-        seconds later and takes everything that piled up meanwhile in one wake-up, so a steady 200
-        batches/s costs ~20 wake-ups, not 200. (The descriptor is edge-triggered: it is armed again
-        only after a read that found the socket empty.)"""
+        """Reads what is queued, for at most SLICE seconds: a flood then waits its turn behind the
+        probes (bounds.py). Idle, it waits for the descriptor; busy, it comes back COALESCE seconds
+        later and takes everything that piled up meanwhile in one wake-up, so a steady 200 batches/s
+        costs ~20 wake-ups, not 200; a publisher that fills half the queue in less is read again at
+        once. (The descriptor is edge-triggered: it is armed again only after a read that found the
+        socket empty.)"""
         import zmq
 
         if sock.closed:  # a pump scheduled just before the watcher stopped
             return
         loop = asyncio.get_running_loop()
-        handled = 0
-        while handled < DRAIN_BATCH:
+        handled, until, sliced = 0, time.monotonic() + SLICE, False
+        while time.monotonic() < until:
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
             self.handle(stats, frames)
             handled += 1
-        else:  # more is waiting: come back after the loop has served everything else (probes, children)
-            loop.call_soon(self._pump, sock, stats)
-            return
-        if handled:
-            loop.remove_reader(sock.fileno())
-            loop.call_later(COALESCE, self._pump, sock, stats)
-        else:
+        else:  # the slice is over and more may be waiting: everything else runs first
+            sliced = True
+        if not handled:
             loop.add_reader(sock.fileno(), self._pump, sock, stats)
+            return
+        loop.remove_reader(sock.fileno())
+        if sliced or handled >= RECEIVE_QUEUE // 2:  # filling faster than one COALESCE wait drains
+            loop.call_soon(self._pump, sock, stats)
+        else:
+            loop.call_later(COALESCE, self._pump, sock, stats)
 
     # -------------------------------------------------------------- one message
     def handle(self, stats: RankStats, frames: list[bytes], replayed: bool = False) -> bool:
@@ -263,22 +266,39 @@ class KvEventWatcher(Watcher):
                 f"no-replay:{source.rank}", "KV-event batches missed and no replay endpoint", rank=source.rank
             )
             return
-        stats.pending.update(range(gap.first, gap.last + 1))
-        task = asyncio.get_running_loop().create_task(self._replay(stats, gap))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        first = max(gap.first, gap.last + 1 - REPLAY_WINDOW)  # older ones are in no replay buffer
+        stats.lost += first - gap.first
+        stats.pending.update(range(first, gap.last + 1))
+        if len(stats.pending) > REPLAY_WINDOW:
+            oldest = sorted(stats.pending)[: len(stats.pending) - REPLAY_WINDOW]
+            stats.pending.difference_update(oldest)
+            stats.lost += len(oldest)
+        if source.rank not in self._replaying:
+            self._replaying.add(source.rank)
+            task = asyncio.get_running_loop().create_task(self._replay(stats))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
-    async def _replay(self, stats: RankStats, gap: Gap) -> None:
+    async def _replay(self, stats: RankStats) -> None:
+        """One request at a time per rank: gaps found meanwhile are asked for by the next one."""
+        try:
+            while stats.pending:
+                await self._replay_once(stats, set(stats.pending))
+        finally:
+            self._replaying.discard(stats.source.rank)
+
+    async def _replay_once(self, stats: RankStats, asked: set[int]) -> None:
         import zmq
         import zmq.asyncio
 
-        sock = zmq.asyncio.Socket.shadow(self._ctx.socket(zmq.DEALER))
-        sock.setsockopt(zmq.LINGER, 0)
+        sock = zmq.asyncio.Socket.shadow(bounded(self._ctx.socket(zmq.DEALER)))
         sock.connect(stats.source.replay_ipc or f"tcp://{self.host}:{stats.source.replay_port}")
-        recovered = 0
+        first, last, recovered = min(asked), max(asked), 0
         try:
-            await sock.send_multipart([b"", gap.first.to_bytes(8, "big")])
+            await sock.send_multipart([b"", first.to_bytes(8, "big")])
+            until = time.monotonic() + SLICE
             while True:
+                until = await take_turns(until)
                 frames = await asyncio.wait_for(sock.recv_multipart(), timeout=REPLAY_TIMEOUT)
                 frames = frames[1:] if frames and frames[0] == b"" else frames  # the DEALER delimiter
                 if len(frames) == 3 and frames[0] == b"" and int.from_bytes(frames[1], "big") == END_SEQ:
@@ -290,16 +310,16 @@ class KvEventWatcher(Watcher):
             sock.close(0)
             # Still missing: expired from the publisher's buffer, or the replay failed. (A publisher
             # restart meanwhile already counted its gap's batches as lost.)
-            missing = [seq for seq in range(gap.first, gap.last + 1) if seq in stats.pending]
+            missing = asked & stats.pending
             stats.pending.difference_update(missing)
             stats.lost += len(missing)
-            (self.log.info if recovered == gap.size else self.log.warning)(
+            (self.log.info if not missing else self.log.warning)(
                 "KV-event gap replayed",
                 rank=stats.source.rank,
-                first=gap.first,
-                last=gap.last,
+                first=first,
+                last=last,
                 recovered=recovered,
-                lost=gap.size - recovered,
+                lost=len(missing),
             )
 
     # -------------------------------------------------------------- silence
