@@ -5,12 +5,14 @@ keeps running. The real engine's events: tests/engines/test_kv_events.py."""
 
 from __future__ import annotations
 
+import http.client
 import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import httpx
+import psutil
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.pods import STANDINS, LauncherPod
@@ -184,6 +186,51 @@ def test_each_local_rank_is_watched_on_its_compensated_port(tmp_path: Path) -> N
             "2": (pod.ports["kv"], 2),
             "3": (pod.ports["kv"] + 1, 2),
         }
+        pod.signal(signal.SIGTERM)
+        assert pod.finish() == 0
+    finally:
+        pod.kill_everything()
+
+
+FLOOD_RSS = 256 * 2**20  # bytes: generous (the bounded launcher peaks near 64 MiB; unbounded, ~1 GiB)
+PROBE_DEADLINE = 1.0  # seconds: the kubelet's default timeoutSeconds
+
+
+def livez_seconds(pod: LauncherPod) -> float:
+    """One /livez on a new connection, as the kubelet probes (the stdlib client: little cost of its
+    own on a loaded machine); how long the answer took, PROBE_DEADLINE or more when it missed."""
+    began = time.monotonic()
+    conn = http.client.HTTPConnection("127.0.0.1", pod.probe_port, timeout=PROBE_DEADLINE)
+    try:
+        conn.request("GET", "/livez")
+        if conn.getresponse().status != 200:
+            return float("inf")
+    except OSError:
+        return float("inf")
+    finally:
+        conn.close()
+    return time.monotonic() - began
+
+
+def test_a_flooding_publisher_neither_grows_the_launcher_nor_delays_its_probes(tmp_path: Path) -> None:
+    """Issue #24 item 5: a publisher sending as fast as pyzmq can (vLLM's send queue of 100,000) for
+    5 s. The launcher's SUB socket holds a bounded queue, so its RSS stays under FLOOD_RSS (the excess
+    waits in, then is dropped by, the publisher), and it decodes in slices, so every /livez answers
+    within the kubelet's 1 s. Measured: bench/kvevents_flood.py."""
+    pod = kv_pod(tmp_path, "wait=1.5,flood=5").start()
+    try:
+        pod.wait_for("stand-in kv rank 0: wait=1.5 done")
+        launcher = psutil.Process(pod.pid)
+        peak, slowest, probes = 0, 0.0, 0
+        while "flood=5 done" not in pod.output():
+            peak = max(peak, launcher.memory_info().rss)
+            slowest = max(slowest, livez_seconds(pod))
+            probes += 1
+            time.sleep(0.05)
+        assert probes >= 5
+        assert peak < FLOOD_RSS, f"launcher RSS reached {peak / 2**20:.0f} MiB under the flood"
+        assert slowest < PROBE_DEADLINE, f"a /livez took {slowest:.2f} s under the flood"
+        assert kvevents(pod)["ranks"]["0"]["batches"] > 0  # the watcher kept reading meanwhile
         pod.signal(signal.SIGTERM)
         assert pod.finish() == 0
     finally:
