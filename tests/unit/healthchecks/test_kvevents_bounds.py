@@ -1,0 +1,100 @@
+"""What a KV-event publisher can make the watcher hold (healthchecks/kvevents/bounds.py): missing
+batches asked of the replay endpoint are bounded by its window, and one request per rank is in flight
+at a time. The flood itself (memory, probes): tests/supervisor/test_kv_events.py."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+import structlog
+import zmq
+from msgspec.msgpack import encode
+
+from healthchecks.kvevents.bounds import REPLAY_WINDOW
+from healthchecks.kvevents.watcher import KvEventWatcher, RankStats
+from healthchecks.kvevents.wire import END_SEQ
+from launcher.contract.plan import KvEventSource, KvEventsWatch
+
+Scenario = Callable[[KvEventWatcher, RankStats, zmq.Socket[bytes], zmq.Socket[bytes]], Awaitable[None]]
+
+
+def with_watcher(scenario: Scenario) -> None:
+    """Runs `scenario(watcher, rank 0's stats, publisher, replay endpoint)` with the watcher
+    subscribed to a PUB socket and asking a ROUTER (the replay endpoint) that answers only when the
+    scenario does."""
+    ctx = zmq.Context()
+    pub, router = ctx.socket(zmq.PUB), ctx.socket(zmq.ROUTER)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+    replay = router.bind_to_random_port("tcp://127.0.0.1")
+    watch = KvEventsWatch((KvEventSource(0, port, replay, 1),), silence_seconds=60)
+
+    async def run() -> None:
+        watcher = KvEventWatcher(watch, structlog.get_logger())
+        task = asyncio.create_task(watcher.run())
+        try:
+            await scenario(watcher, watcher.state.ranks[0], pub, router)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    try:
+        asyncio.run(run())
+    finally:
+        ctx.destroy(linger=0)
+
+
+async def publish_until(pub: zmq.Socket[bytes], seq: int, seen: Callable[[], bool]) -> None:
+    """Sends batch `seq` until the watcher has seen it (the subscription may not be connected yet)."""
+    for _ in range(100):
+        pub.send_multipart([b"kv@x", seq.to_bytes(8, "big"), encode([1.0, [], 0])])
+        await asyncio.sleep(0.05)
+        if seen():
+            return
+    raise AssertionError(f"the watcher never saw batch {seq}")
+
+
+async def requests(router: zmq.Socket[bytes], wait: float) -> list[tuple[bytes, int]]:
+    """The replay requests that arrived within `wait` seconds: (client, first sequence number asked)."""
+    await asyncio.sleep(wait)
+    found = []
+    while router.poll(0):
+        client, _, start = router.recv_multipart()
+        found.append((client, int.from_bytes(start, "big")))
+    return found
+
+
+def test_a_gap_wider_than_any_replay_buffer_asks_only_for_its_window() -> None:
+    """A first batch numbered far past 0 (a publisher that ran long before us, or a hostile jump to
+    2**63) is a gap from 0: only its last REPLAY_WINDOW batches can still be in a replay buffer, so
+    only those are kept pending and asked for; the rest are lost at once."""
+    first = 3 * REPLAY_WINDOW
+
+    async def scenario(
+        watcher: KvEventWatcher, stats: RankStats, pub: zmq.Socket[bytes], router: zmq.Socket[bytes]
+    ) -> None:
+        await publish_until(pub, first, lambda: stats.gaps > 0)
+        assert (stats.missed, stats.lost) == (first, first - REPLAY_WINDOW)
+        assert stats.pending == set(range(first - REPLAY_WINDOW, first))
+        assert [start for _, start in await requests(router, 0.5)] == [first - REPLAY_WINDOW]
+
+    with_watcher(scenario)
+
+
+def test_one_replay_request_per_rank_at_a_time() -> None:
+    """Under a flood every dropped run of batches is a gap: a request per gap would be a replay storm.
+    A gap found while a request is in flight waits for it, and the next request asks from there."""
+
+    async def scenario(
+        watcher: KvEventWatcher, stats: RankStats, pub: zmq.Socket[bytes], router: zmq.Socket[bytes]
+    ) -> None:
+        await publish_until(pub, 5, lambda: stats.gaps == 1)  # 0..4 missing
+        [(client, start)] = await requests(router, 0.3)
+        assert start == 0
+        await publish_until(pub, 10, lambda: stats.gaps == 2)  # 6..9 missing too
+        assert await requests(router, 0.5) == []  # the first request is still unanswered
+        router.send_multipart([client, b"", b"", END_SEQ.to_bytes(8, "big"), b""])  # nothing kept
+        assert [start for _, start in await requests(router, 0.5)] == [6]
+        assert stats.lost == 5 and stats.pending == {6, 7, 8, 9}
+
+    with_watcher(scenario)
