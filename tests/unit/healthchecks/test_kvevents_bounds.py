@@ -98,3 +98,55 @@ def test_one_replay_request_per_rank_at_a_time() -> None:
         assert stats.lost == 5 and stats.pending == {6, 7, 8, 9}
 
     with_watcher(scenario)
+
+
+def test_the_relay_lets_the_event_loop_run_while_a_publisher_floods() -> None:
+    """An awaited ZMQ receive that finds a message queued returns without yielding: under a flood the
+    IPv6 relay's forwarding loop would hold the event loop (and the probes) for as long as the flood
+    lasts. It takes turns: a ticker on the same loop keeps ticking."""
+    import threading
+    import time
+
+    import zmq.asyncio
+
+    from healthchecks.kvevents.relay import KvEventRelay
+
+    ctx = zmq.asyncio.Context()
+    flood, stop = zmq.Context(), threading.Event()
+    pub = flood.socket(zmq.PUB)
+    port = pub.bind_to_random_port("tcp://127.0.0.1")
+
+    def publish() -> None:  # for 2 s at most: a loop held throughout is then a failure, not a hang
+        payload, until = encode([1.0, [], 0]), time.monotonic() + 2
+        while not stop.is_set() and time.monotonic() < until:
+            for seq in range(1000):
+                pub.send_multipart([b"kv@x", seq.to_bytes(8, "big"), payload])
+
+    async def scenario() -> float:
+        upstream, public = ctx.socket(zmq.SUB), ctx.socket(zmq.PUB)
+        upstream.setsockopt(zmq.SUBSCRIBE, b"")
+        upstream.connect(f"tcp://127.0.0.1:{port}")
+        public.bind("tcp://127.0.0.1:*")
+        await asyncio.sleep(0.3)  # subscribed
+        sender = threading.Thread(target=publish)
+        sender.start()
+        relay = asyncio.create_task(KvEventRelay._forward(upstream, public))
+        slowest, last = 0.0, time.monotonic()
+        try:
+            for _ in range(30):  # ~1.5 s of ticks
+                await asyncio.sleep(0.05)
+                now = time.monotonic()
+                slowest, last = max(slowest, now - last), now
+        finally:
+            stop.set()
+            relay.cancel()
+            await asyncio.gather(relay, return_exceptions=True)
+            sender.join()
+        return slowest
+
+    try:
+        slowest = asyncio.run(scenario())
+    finally:
+        ctx.destroy(linger=0)
+        flood.destroy(linger=0)
+    assert slowest < 0.5, f"the event loop was held {slowest:.2f} s"
