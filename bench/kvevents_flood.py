@@ -42,7 +42,7 @@ import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from healthchecks.kvevents.bounds import MAX_MESSAGE_BYTES, RECEIVE_QUEUE, SLICE  # noqa: E402
+from healthchecks.kvevents.bounds import RECEIVE_QUEUE, SLICE  # noqa: E402
 from tests.pods import LauncherPod  # noqa: E402
 from tests.supervisor.test_kv_events import kv_pod  # noqa: E402
 
@@ -57,12 +57,11 @@ MiB = 2**20
 NOTES = f"""
 - "before" is the same script run on the watcher without bounds (an unbounded SUB queue, decoding
   1,000 messages per event-loop turn, a replay request per gap), from a checkout of that commit.
-- Bounded (healthchecks/kvevents/bounds.py): the launcher's SUB socket queues {RECEIVE_QUEUE} messages
-  of at most {MAX_MESSAGE_BYTES // MiB} MiB; the rest waits in the publisher's own queue (vLLM's hwm,
-  100,000), which drops what overflows. Those batches are gaps: missed, then lost (or recovered, when
-  the replay buffer still has them). Their sum with the received ones is every batch sent: no silent
-  drop. The worst case, a publisher sending only {MAX_MESSAGE_BYTES // MiB} MiB messages, is
-  {RECEIVE_QUEUE * MAX_MESSAGE_BYTES // MiB} MiB queued; not measured here.
+- Bounded (healthchecks/kvevents/bounds.py): the launcher's SUB socket queues {RECEIVE_QUEUE} messages;
+  the rest waits in the publisher's own queue (vLLM's hwm, 100,000), which drops what overflows.
+  Those batches are gaps: missed, then lost (or recovered, when the replay buffer still has them).
+  Their sum with the received ones is every batch sent: no silent drop. A message's size is not
+  bounded (bounds.py says why), so a publisher of huge messages still costs {RECEIVE_QUEUE} of them.
 - Probes: decoding runs {1000 * SLICE:g} ms at a time, then the event loop serves everything else,
   so a probe waits a few slices. The launcher still spends what CPU it gets on the flood (the
   machine's 2 cores were shared with other work: load average in the first row).
