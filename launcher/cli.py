@@ -175,6 +175,24 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser(
         "version", help="the launcher's, the built-in recipes' and the engine catalogues' versions"
     )
+    catalog = sub.add_parser(
+        "catalog",
+        help="flag catalogues: build one from the engine installed (the images do, at build time)",
+    )
+    catalog_actions = catalog.add_subparsers(dest="catalog_action", metavar="ACTION", required=True)
+    build = catalog_actions.add_parser(
+        "build",
+        help="read the engine's own parser in its interpreter and write <catalogue>-<version>.json",
+        description="Runs in the engine's interpreter (imports its argument parser, never its model "
+        "code) and writes the catalogue `run` and `plan` use when the engine's version matches.",
+    )
+    build.add_argument("--engine", required=True, help="the engine's package name, as in the recipes' kind")
+    build.add_argument("--python", required=True, metavar="PATH", help="the engine's interpreter")
+    build.add_argument(
+        "--out",
+        metavar="DIR",
+        help="where to write it (default LLMD_CATALOG_DIR, else the directory `run` looks in first)",
+    )
     probe = sub.add_parser(
         "probe",
         help="exec probe: ask this pod's launcher whether it is live, ready or started (exit 0 or 1)",
@@ -254,10 +272,11 @@ def _cmd_plan(ns: argparse.Namespace) -> int:
             )
         return 0
 
+    from launcher.catalogs.shelf import load_shelf
     from roles import build_plan
     from roles.group import port_problems
 
-    plan = build_plan(settings, recipe)
+    plan = build_plan(settings, recipe, shelf=load_shelf(settings.catalog_dir))
     if problems := port_problems(plan):
         raise ConfigError(problems)
     sys.stdout.write(render.render_plan(plan, ns.format))
@@ -294,6 +313,15 @@ def _cmd_recipes(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_catalog(ns: argparse.Namespace) -> int:
+    from launcher.catalogs.build import build_catalog
+    from launcher.config.settings import Settings
+
+    out = ns.out or os.environ.get("LLMD_CATALOG_DIR") or Settings.model_fields["catalog_dir"].default
+    print(build_catalog(ns.engine, ns.python, out))
+    return 0
+
+
 def version_text() -> str:
     """What an image holds: the launcher, each built-in recipe (by content: recipes carry no version)
     and the engine release each flag catalogue was generated from (roles/catalogs/)."""
@@ -301,8 +329,7 @@ def version_text() -> str:
     from importlib import metadata, resources
 
     from launcher.config.recipe_file import builtin_recipe_names
-    from roles.engines import FAMILIES
-    from roles.flags import load_catalog
+    from roles.flags import built_in_catalogs
 
     try:
         version = metadata.version("llm-d-launcher")
@@ -313,8 +340,8 @@ def version_text() -> str:
     for name in builtin_recipe_names():
         digest = hashlib.sha256(recipes.joinpath(f"{name}.yaml").read_bytes()).hexdigest()[:12]
         lines.append(f"recipe {name} sha256:{digest}")
-    for catalog in sorted({f.catalog for f in FAMILIES if f.catalog}):
-        lines.append(f"engine catalogue {catalog}: {load_catalog(catalog).label}")
+    for catalog in built_in_catalogs():
+        lines.append(f"engine catalogue {catalog.name}: {catalog.label}")
     return "\n".join(lines) + "\n"
 
 
@@ -354,6 +381,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return code
         if ns.command == "recipes":
             return _cmd_recipes(ns)
+        if ns.command == "catalog":
+            return _cmd_catalog(ns)
         if ns.command == "version":
             sys.stdout.write(version_text())
             return 0

@@ -89,7 +89,12 @@ def _needs_dict(needs: HostNeeds) -> dict[str, Any]:
         "drafter": needs.drafter,
         "flag_catalog": None
         if needs.engine_package is None
-        else {"package": needs.engine_package, "version": needs.catalog_version},
+        else {
+            "package": needs.engine_package,
+            "version": needs.catalog_version,
+            "source": needs.catalog_source,
+            "engine_versions": needs.engine_versions,
+        },
         "rdma": None
         if needs.rdma is None
         else {"env": list(needs.rdma.env), "required_by": needs.rdma.required_by},
@@ -116,9 +121,11 @@ def _needs_text(needs: HostNeeds) -> list[str]:
         out.append(f"  drafter {needs.drafter}: staged in HF_HUB_CACHE when HF_HUB_OFFLINE=1")
     if needs.engine_package:
         out.append(
-            f"  flags checked against the {needs.engine_package} {needs.catalog_version} catalogue; "
-            "the installed version is compared at run"
+            f"  flags checked against the {needs.engine_package} {needs.catalog_version} catalogue "
+            f"({needs.catalog_source}); at run, the catalogue of the installed version is used"
         )
+        if needs.engine_versions:
+            out.append(f"  engine version: {needs.engine_package} {needs.engine_versions} (recipe)")
     if needs.rdma is not None:
         names = ", ".join(needs.rdma.env) or "the store client's devices"
         required = f"; required by {needs.rdma.required_by}" if needs.rdma.required_by else ""

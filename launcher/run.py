@@ -60,7 +60,9 @@ def read_inputs(cli_settings: dict[str, Any], *, warn: bool = True) -> Inputs:
         for problem in unknown_env(os.environ):
             say(problem.line("warning"))
     recipe = load_recipe(settings.recipe_source, name_given="recipe" in settings.model_fields_set)
-    plan = build_plan(settings, recipe)
+    from launcher.catalogs.shelf import load_shelf
+
+    plan = build_plan(settings, recipe, shelf=load_shelf(settings.catalog_dir))
     if problems := port_problems(plan):
         raise ConfigError(problems)
     return Inputs(settings, recipe, plan)
@@ -373,17 +375,25 @@ async def _prepare(
 ) -> Plan:
     """The plan as the pod will run it: what only the pod knows filled in (roles.build_plan with
     FoundInPod: the leader's IP, the interface that holds POD_IP), every check passed."""
+    import asyncio
+
+    from launcher.catalogs.shelf import load_shelf
     from launcher.contract.phases import PREFLIGHT, WAITING_FOR_LEADER
+    from launcher.supervise.host.packages import installed_version
     from launcher.supervise.preflight import resolve_leader, run_preflight
     from roles import FoundInPod, build_plan
 
-    found = FoundInPod()
+    # The flag catalogue follows the engine installed: its version, asked without importing it.
+    found = FoundInPod(engine_version=await asyncio.to_thread(installed_version, plan, settings.bin_path))
+    shelf = load_shelf(settings.catalog_dir)
+    if found.engine_version:
+        plan = build_plan(settings, recipe, found=found, shelf=shelf)
     leader = plan.role.leader_address
     if leader and plan.role.group_size > 1 and not is_ip(leader):
         stage[0] = f"resolving LWS_LEADER_ADDRESS {leader}"
         health.set_phase(WAITING_FOR_LEADER)
-        found = FoundInPod(leader_ip=await resolve_leader(leader, settings.leader_wait_seconds, log))
-        plan = build_plan(settings, recipe, found=found)  # preflight checks the route to that IP
+        found = replace(found, leader_ip=await resolve_leader(leader, settings.leader_wait_seconds, log))
+        plan = build_plan(settings, recipe, found=found, shelf=shelf)  # preflight checks the route to it
     if plan.placeholders:
         raise ConfigError([_unknown(name) for name in plan.placeholders])
     stage[0] = "checking model, binaries, ports and files"
@@ -398,7 +408,8 @@ async def _prepare(
         store_master_wait_seconds=settings.store_master_wait_seconds,
     )
     if host.ifname or host.rdma:
-        plan = build_plan(settings, recipe, found=replace(found, interface=host.ifname, rdma=host.rdma))
+        found = replace(found, interface=host.ifname, rdma=host.rdma)
+        plan = build_plan(settings, recipe, found=found, shelf=shelf)
     _log_host_facts(plan, host, log, health)
     log.info(
         "plan ready",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from launcher.config.recipe import Pool, Recipe
@@ -11,6 +12,7 @@ from launcher.contract.plan import Plan, RdmaPort, ShutdownBudget
 from launcher.contract.redact import is_secret_name
 from roles.context import BuildContext
 from roles.derive import derive_role
+from roles.flags import FlagCatalog, built_in_catalogs, choose_catalog
 
 _REFERENCE = re.compile(r"\$\(\w+\)|\$\{\w+\}")  # $(VAR) or ${VAR}: a name, not the secret itself
 
@@ -22,22 +24,40 @@ class FoundInPod:
     leader_ip: str | None = None  # LWS_LEADER_ADDRESS resolved (ZMQ and NCCL want an IP)
     interface: str | None = None  # the network interface that holds POD_IP (preflight finds it)
     rdma: tuple[RdmaPort, ...] = ()  # the pod's active RDMA ports (preflight reads them from sysfs)
+    engine_version: str | None = None  # the installed engine's, as its interpreter reports it
 
 
 NOTHING_FOUND = FoundInPod()
 
 
 def build_plan(
-    settings: Settings, recipe: Recipe, group_member: int | None = None, found: FoundInPod = NOTHING_FOUND
+    settings: Settings,
+    recipe: Recipe,
+    group_member: int | None = None,
+    found: FoundInPod = NOTHING_FOUND,
+    shelf: Sequence[FlagCatalog] | None = None,
 ) -> Plan:
     """This pod's plan; with `group_member`, the plan of that pod of its LWS group. `found`: what the
-    pod found out at run time, filled in here, in one place (launcher/run.py passes it)."""
+    pod found out at run time, filled in here, in one place (launcher/run.py passes it). `shelf`: the
+    flag catalogues to choose from, the image's before the built-in ones (launcher/catalogs)."""
     in_pod = (
         settings
         if found.leader_ip is None
         else settings.model_copy(update={"leader_address": found.leader_ip})
     )
     derived = derive_role(in_pod, recipe, group_member)
+    from roles.engines import family_of
+    from roles.needs import fill_interface, fill_rdma, with_host_needs
+
+    family = family_of(derived.pool)
+    catalog = None
+    if family.catalog is not None:
+        catalog = choose_catalog(
+            built_in_catalogs() if shelf is None else shelf,
+            family.catalog,
+            found.engine_version,
+            family.catalog_version,
+        )
     ctx = BuildContext(
         recipe=recipe,
         recipe_source=settings.recipe_source,
@@ -47,7 +67,8 @@ def build_plan(
         extra_args=settings.extra_args,
         extra_env=settings.extra_env,
         shutdown=ShutdownBudget.from_grace(settings.grace_seconds, settings.deregister_seconds),
-        check_flags=settings.check_flags,
+        catalog=catalog,
+        allow_flags=settings.allowed_flags,
         probe_port=settings.probe_port,
         peer_lost_seconds=settings.peer_lost_seconds,
         leader_name=settings.leader_address,
@@ -55,13 +76,9 @@ def build_plan(
         canary_seconds=settings.canary_seconds,
         startup_seconds=settings.startup_seconds,
     )
-    from roles.engines import family_of
-    from roles.needs import fill_interface, fill_rdma, with_host_needs
-
-    family = family_of(derived.pool)
     plan = family.build(ctx, derived.pool)
     plan = replace(plan, notes=(*plan.notes, *_input_notes(settings, recipe, derived.pool, ctx.shutdown)))
-    plan = with_host_needs(plan, family, derived.pool, derived.role.pool, derived.pod.pod_ip)
+    plan = with_host_needs(plan, family, derived.pool, derived.role.pool, derived.pod.pod_ip, catalog)
     plan = fill_rdma(plan, found.rdma)
     return plan if found.interface is None else fill_interface(plan, found.interface)
 

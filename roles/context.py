@@ -23,7 +23,7 @@ from launcher.contract.plan import (
 )
 from roles.args import Arg, args_from, flag_key, flatten, merge_extra, split_extra_args
 from roles.derive import PodFacts
-from roles.flags import check_flags, check_secret_abbreviations, load_catalog
+from roles.flags import FlagCatalog, check_flags, check_secret_abbreviations
 from roles.probes import build_probes
 
 EXTRA_ARGS = "LLMD_EXTRA_ARGS"
@@ -44,7 +44,8 @@ class BuildContext:
     probe_port: int  # the launcher's own probe server
     peer_lost_seconds: float  # how long a peer pod may stop answering before this pod ends
     leader_name: str | None  # LWS_LEADER_ADDRESS as given: peers are watched by name, not by IP
-    check_flags: bool  # against the engine's flag catalogue (roles/flags.py)
+    catalog: FlagCatalog | None  # the pod's engine's flag catalogue (roles/flags.py choose_catalog)
+    allow_flags: frozenset[str]  # unknown flags let through (LLMD_ALLOW_FLAGS)
     stall_seconds: float  # token counters still this long: canary (0: no forward-progress watch)
     canary_seconds: float
     startup_seconds: float  # the launcher's start-up deadline (0: none)
@@ -94,10 +95,9 @@ class BuildContext:
         ]
         if not problems and catalog:
             place = f"{source.label}: pools.{self.pool_name}.{where}"
-            check = check_flags if self.check_flags else check_secret_abbreviations
             problems = [
                 Problem(p.setting, f"{place}: {p.message}", p.fix)
-                for p in check(load_catalog(catalog), args_from(args), source.setting)
+                for p in self._check(args_from(args), source.setting)
             ]
         if problems:
             raise ConfigError(problems)
@@ -109,11 +109,17 @@ class BuildContext:
         extra = split_extra_args(self.extra_args, EXTRA_ARGS)
         merged, notes = merge_extra(args, extra, owned, EXTRA_ARGS)
         if catalog:
-            check = check_flags if self.check_flags else check_secret_abbreviations
-            problems = check(load_catalog(catalog), extra, EXTRA_ARGS)
+            problems = self._check(extra, EXTRA_ARGS)
             if problems:
                 raise ConfigError(problems)
         return (*prefix, *flatten(merged)), notes
+
+    def _check(self, args: list[Arg], setting: str) -> list[Problem]:
+        """A secret under an abbreviated name first, never allowed; then the catalogue."""
+        if self.catalog is None:
+            return []
+        secrets = check_secret_abbreviations(self.catalog, args, setting)
+        return secrets or check_flags(self.catalog, args, setting, self.allow_flags)
 
     def plan(
         self,

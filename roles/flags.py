@@ -1,13 +1,16 @@
 """Engine flags checked before anything starts: a misspelt flag, a value outside its choices or
 malformed JSON fails here in milliseconds instead of after the engine's import and model load.
 
-The catalogues (roles/catalogs/*.json) are generated from the engines' own parsers by
-scripts/update-flag-catalogs.sh; the engine tier fails when they drift from the installed engines.
+The catalogues are generated from the engines' own parsers by `llm-d-launcher catalog build`
+(launcher/catalogs/): the images build theirs from the engine they install (LLMD_CATALOG_DIR), and
+roles/catalogs/<name>-<version>.json are the built-in fallback; the engine tier fails when those drift
+from the installed engines. The pod's catalogue is the one whose version equals its engine's.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
@@ -17,35 +20,78 @@ from launcher.contract.errors import Problem
 from launcher.contract.redact import flag_name, is_secret_flag
 from roles.args import Arg
 
-SKIP_FIX = "fix it, or set LLMD_CHECK_FLAGS=false if the image runs a newer engine than the catalogue"
+SKIP_FIX = (
+    "fix it; for a flag the engine in the image has and the catalogue lacks, name it in LLMD_ALLOW_FLAGS"
+)
+BUILT_IN = "built-in"  # FlagCatalog.source of the catalogues shipped in roles/catalogs/
 
 
 @dataclass(frozen=True)
 class FlagCatalog:
+    name: str  # the family's catalogue name (EngineFamily.catalog), e.g. vllm-serve
     engine: str
     version: str
     underscores: bool  # the engine also accepts --max_num_seqs
     flags: dict[str, dict[str, Any]]
+    source: str = BUILT_IN  # or the file an image built (`llm-d-launcher catalog build`)
 
     @property
     def label(self) -> str:
         return f"{self.engine} {self.version}"
 
 
-@cache
-def load_catalog(name: str) -> FlagCatalog:
-    text = (resources.files("roles") / "catalogs" / f"{name}.json").read_text(encoding="utf-8")
+def file_name(name: str, version: str) -> str:
+    """<catalogue>-<engine version>.json, built-in and image-built alike."""
+    return f"{name}-{version}.json"
+
+
+def parse_catalog(name: str, text: str, source: str) -> FlagCatalog:
     data = json.loads(text)
-    return FlagCatalog(data["engine"], data["version"], data["underscores"], data["flags"])
+    return FlagCatalog(name, data["engine"], data["version"], data["underscores"], data["flags"], source)
 
 
-def check_flags(catalog: FlagCatalog, args: list[Arg], setting: str) -> list[Problem]:
-    return [p for a in args if (p := _check_one(catalog, a, setting)) is not None]
+@cache
+def load_catalog(name: str, version: str) -> FlagCatalog:
+    """A built-in catalogue (roles/catalogs/)."""
+    text = (resources.files("roles") / "catalogs" / file_name(name, version)).read_text(encoding="utf-8")
+    return parse_catalog(name, text, BUILT_IN)
+
+
+@cache
+def built_in_catalogs() -> tuple[FlagCatalog, ...]:
+    found = []
+    for entry in (resources.files("roles") / "catalogs").iterdir():
+        stem = entry.name.removesuffix(".json")
+        if entry.name.endswith(".json") and "-" in stem:
+            name, _, version = stem.rpartition("-")
+            found.append(load_catalog(name, version))
+    return tuple(sorted(found, key=lambda c: (c.name, c.version)))
+
+
+def choose_catalog(
+    shelf: Sequence[FlagCatalog], name: str, installed: str | None, default_version: str
+) -> FlagCatalog:
+    """The catalogue of the engine version installed (a local label such as +cpu does not change the
+    flags), the shelf's first (image-built) on a tie; without one, what the image built, else the
+    built-in default. A mismatch left over is preflight's warning (launcher/supervise/host/packages.py)."""
+    candidates = [c for c in shelf if c.name == name]
+    release = installed.split("+")[0] if installed else None
+    same = [c for c in candidates if c.version == release]
+    built = [c for c in candidates if c.source != BUILT_IN]
+    return (same or built or [load_catalog(name, default_version)])[0]
+
+
+def check_flags(
+    catalog: FlagCatalog, args: list[Arg], setting: str, allowed: Collection[str] = ()
+) -> list[Problem]:
+    """allowed: flags the catalogue does not know that the operator lets through (LLMD_ALLOW_FLAGS);
+    only unknown ones, so a known flag's value is still checked."""
+    return [p for a in args if (p := _check_one(catalog, a, setting, allowed)) is not None]
 
 
 def check_secret_abbreviations(catalog: FlagCatalog, args: list[Arg], setting: str) -> list[Problem]:
-    """Checked even with LLMD_CHECK_FLAGS=false: argparse expands `--hf-t` to --hf-token, so a secret
-    would reach the command line under a name no word list recognises. Never echoes the value."""
+    """Checked first and never allowed (LLMD_ALLOW_FLAGS): argparse expands `--hf-t` to --hf-token,
+    so a secret would reach the command line under a name no word list recognises. Never echoes the value."""
     problems = []
     for item in args:
         head = item.tokens[0]
@@ -77,13 +123,13 @@ def _lookup(catalog: FlagCatalog, head: str) -> tuple[str, dict[str, Any] | None
     return head, None, []
 
 
-def _check_one(catalog: FlagCatalog, item: Arg, setting: str) -> Problem | None:
+def _check_one(catalog: FlagCatalog, item: Arg, setting: str, allowed: Collection[str]) -> Problem | None:
     head, has_eq, inline = item.tokens[0].partition("=")
     flag, info, attached = _lookup(catalog, head)
     values = [*attached, *([inline] if has_eq else []), *item.tokens[1:]]
     base, dotted, _ = flag.partition(".")  # vLLM: --compilation-config.mode 3 sets one JSON key
     if info is None:
-        return _unknown(catalog, head, base, setting)
+        return None if base in allowed else _unknown(catalog, head, base, setting)
     kind = info.get("value")
     if dotted:
         if kind is None or not kind.startswith("json"):

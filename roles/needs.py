@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from launcher.config.recipe import Pool
+from launcher.config.recipe import EnginePool, Pool
 from launcher.contract.plan import (
     IFNAME_PLACEHOLDER,
     POD_IP_PLACEHOLDER,
@@ -23,7 +23,7 @@ from launcher.contract.plan import (
     RdmaPort,
 )
 from roles.engines.family import EngineFamily
-from roles.flags import load_catalog
+from roles.flags import FlagCatalog
 from roles.memory import plan_memory
 
 # --load-format -> module (vLLM 0.32.0 model_loader: fastsafetensors is the vLLM extra of that name).
@@ -34,7 +34,14 @@ _IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
 _ENGINE_RDMA_VARS = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "UCX_NET_DEVICES", "UCX_IB_GID_INDEX")
 
 
-def with_host_needs(plan: Plan, family: EngineFamily[Any], pool: Pool, pool_name: str, pod_ip: str) -> Plan:
+def with_host_needs(
+    plan: Plan,
+    family: EngineFamily[Any],
+    pool: Pool,
+    pool_name: str,
+    pod_ip: str,
+    catalog: FlagCatalog | None,
+) -> Plan:
     """The plan with its HostNeeds and, for engines (a family with a flag catalogue), the network
     identity env filled in."""
     advisory = tuple(pool.host.advisory)
@@ -43,7 +50,7 @@ def with_host_needs(plan: Plan, family: EngineFamily[Any], pool: Pool, pool_name
     where = f"pools.{pool_name}"
     master = family.store_master(pool, where)
     rdma = _rdma_need(family.rdma(pool, where), network=family.host_ip_var is not None)
-    if family.catalog is None or family.host_ip_var is None:
+    if catalog is None or family.host_ip_var is None:
         needs = HostNeeds(memory=memory, advisory=advisory, shm_segments=shm, rdma=rdma, store_master=master)
         return replace(plan, needs=needs)
     engine = plan.engine
@@ -59,7 +66,9 @@ def with_host_needs(plan: Plan, family: EngineFamily[Any], pool: Pool, pool_name
         model_files=bool(plan.model_path and plan.model_path.startswith("/")),
         drafter=_drafter(flags),
         engine_package=family.package,
-        catalog_version=load_catalog_version(family.catalog),
+        catalog_version=catalog.version,
+        catalog_source=catalog.source,
+        engine_versions=pool.engine_versions if isinstance(pool, EnginePool) else None,
         network=network,
         host_ip_var=family.host_ip_var,
         shm_segments=shm,
@@ -70,10 +79,6 @@ def with_host_needs(plan: Plan, family: EngineFamily[Any], pool: Pool, pool_name
     )
     processes = (replace(engine, env=env), *plan.processes[1:])
     return replace(plan, processes=processes, needs=needs, placeholders=placeholders)
-
-
-def load_catalog_version(name: str) -> str | None:
-    return load_catalog(name).version
 
 
 def _network_env(

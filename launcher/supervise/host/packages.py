@@ -1,6 +1,6 @@
 """Ask the engine's own interpreter, without importing the engine (~30 ms), whether every module the
-plan needs can be found and which engine version is installed: the flag catalogue was generated from
-one version, the image may carry another."""
+plan needs can be found and which engine version is installed: the plan's flag catalogue is chosen by
+that version (launcher/run.py), and the recipe pool's engine_versions must admit it."""
 
 from __future__ import annotations
 
@@ -10,6 +10,9 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+
+from packaging.specifiers import SpecifierSet
+from packaging.version import InvalidVersion, Version
 
 from launcher.contract.errors import Problem
 from launcher.contract.plan import Plan
@@ -27,8 +30,8 @@ except m.PackageNotFoundError:
 print(json.dumps({"found": {x: u.find_spec(x) is not None for x in mods}, "version": version}))
 """
 CATALOG_FIX = (
-    "regenerate the catalogues for the image's engine (scripts/update-flag-catalogs.sh), or set "
-    "LLMD_CHECK_FLAGS=false"
+    "build the image's catalogue (llm-d-launcher catalog build --engine ENGINE --python PYTHON, into "
+    "LLMD_CATALOG_DIR); a flag only the image's engine has can be named in LLMD_ALLOW_FLAGS"
 )
 
 
@@ -38,6 +41,7 @@ class EngineFacts:
     package: str | None
     installed: str | None  # None: the package's metadata is not there
     catalog: str | None
+    catalog_source: str | None = None
 
     @property
     def matches(self) -> bool:
@@ -48,6 +52,7 @@ class EngineFacts:
         return {
             "package": self.package,
             "catalog_version": self.catalog,
+            "catalog_source": self.catalog_source,
             "installed_version": self.installed,
             "matches": self.matches,
             "python": self.python,
@@ -92,6 +97,38 @@ def probe(python: str, modules: list[str], package: str | None, path: str) -> di
     return data if isinstance(data, dict) else {}
 
 
+def installed_version(plan: Plan, bin_path: str) -> str | None:
+    """The engine version the plan's interpreter has, asked before the plan is final (the catalogue
+    depends on it); None when it cannot tell (check_packages then says why)."""
+    package = plan.needs.engine_package
+    path = search_path(bin_path, dict(plan.engine.env))
+    python = engine_python(plan.engine.argv[0], path) if package else None
+    if python is None:
+        return None
+    try:
+        version = probe(python, [], package, path).get("version")
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return None
+    return version if isinstance(version, str) else None
+
+
+def outside_versions(package: str, installed: str | None, versions: str, python: str) -> Problem | None:
+    """The recipe pool's engine_versions must admit the engine installed (a local label such as +cpu
+    aside): flags written for one release may mean something else, or nothing, in another."""
+    try:
+        release = Version(installed).public if installed else None
+    except InvalidVersion:
+        release = None
+    if release is not None and SpecifierSet(versions).contains(release, prereleases=True):
+        return None
+    found = f"{package} {installed}" if installed else f"no {package} package metadata"
+    return Problem(
+        "engine version",
+        f"the recipe pool was written for {package} {versions} but {python} has {found}",
+        f"run an image with {package} {versions}, or update the pool's flags and its engine_versions",
+    )
+
+
 def check_packages(plan: Plan, bin_path: str) -> tuple[EngineFacts | None, list[Problem], list[Problem]]:
     """(engine facts, problems, warnings)."""
 
@@ -121,8 +158,15 @@ def check_packages(plan: Plan, bin_path: str) -> tuple[EngineFacts | None, list[
     ]
     installed = data.get("version")
     facts = EngineFacts(
-        python, needs.engine_package, installed if isinstance(installed, str) else None, needs.catalog_version
+        python,
+        needs.engine_package,
+        installed if isinstance(installed, str) else None,
+        needs.catalog_version,
+        needs.catalog_source,
     )
+    if needs.engine_package and needs.engine_versions:
+        refused = outside_versions(needs.engine_package, facts.installed, needs.engine_versions, python)
+        problems += [refused] if refused else []
     warnings = []
     if needs.engine_package and not facts.matches:
         what = (

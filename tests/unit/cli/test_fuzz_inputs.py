@@ -47,7 +47,7 @@ _VALUE = st.one_of(_TEXT, _NUMBERISH)
 ENV_NAMES = [
     "LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "POD_IP", "POD_NAME", "POD_NAMESPACE",
     "NODE_NAME", "TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES", "LLMD_RECIPE", "LLMD_POOL", "LLMD_GPUS_PER_NODE",
-    "LLMD_EXTRA_ARGS", "LLMD_EXTRA_ENV", "LLMD_RUNTIME_DIR", "LLMD_CHECK_FLAGS", "LLMD_GRACE_SECONDS",
+    "LLMD_EXTRA_ARGS", "LLMD_EXTRA_ENV", "LLMD_RUNTIME_DIR", "LLMD_ALLOW_FLAGS", "LLMD_GRACE_SECONDS",
     "LLMD_PROBE_PORT", "LLMD_LOG_FORMAT", "LLMD_CHECK_INTERVAL", "LLMD_RECIPE_FILE", "LLMD_CHECK_TIMEOUT",
     "LLMD_CANARY_SECONDS", "LLMD_STARTUP_SECONDS",
 ]  # fmt: skip
@@ -70,7 +70,7 @@ _GOOD = {
     "LLMD_EXTRA_ENV": st.sampled_from(
         ['{"A": "1"}', '{"A": "\\u0000"}', f'{{"HF_TOKEN": "{SECRET}"}}', "[1]", "{"]
     ),
-    "LLMD_CHECK_FLAGS": st.sampled_from(["true", "false"]),
+    "LLMD_ALLOW_FLAGS": st.sampled_from(["", "--brand-new-flag", "--hf-tok", "--api-key", "x=1"]),
 }
 ENVS = st.lists(st.sampled_from(ENV_NAMES), max_size=8, unique=True).flatmap(
     lambda names: st.fixed_dictionaries({n: st.one_of(_VALUE, _GOOD.get(n, _VALUE)) for n in names})

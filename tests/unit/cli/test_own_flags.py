@@ -47,5 +47,6 @@ def test_version_names_launcher_recipes_and_engine_catalogues(
     catalogs = Path(__file__).parents[3] / "roles" / "catalogs"
     for path in sorted(catalogs.glob("*.json")):
         data = json.loads(path.read_text())
-        assert f"engine catalogue {path.stem}: {data['engine']} {data['version']}" in lines
-        assert load_catalog(path.stem).version == data["version"]
+        name = path.stem.rpartition("-")[0]  # <catalogue>-<version>.json
+        assert f"engine catalogue {name}: {data['engine']} {data['version']}" in lines
+        assert load_catalog(name, data["version"]).version == data["version"]

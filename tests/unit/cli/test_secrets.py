@@ -49,18 +49,22 @@ def test_yaml_errors_do_not_quote_the_file(run_cli: Run, tmp_path: Path, text: s
         f"--max-num-seqs 4 --api-key {SECRET} {SECRET}2",
     ],
 )
-@pytest.mark.parametrize("check", ["true", "false"])
-def test_abbreviated_secret_flags_are_refused(run_cli: Run, extra: str, check: str) -> None:
-    env = {"LLMD_RECIPE": "vllm-single-pod", "LLMD_CHECK_FLAGS": check, "LLMD_EXTRA_ARGS": extra}
+@pytest.mark.parametrize("allow", ["", "--hf-tok,--api-ke,--hf-t,--api_key"])
+def test_abbreviated_secret_flags_are_refused(run_cli: Run, extra: str, allow: str) -> None:
+    env = {"LLMD_RECIPE": "vllm-single-pod", "LLMD_ALLOW_FLAGS": allow, "LLMD_EXTRA_ARGS": extra}
     code, out, err = run_cli("plan", env=env)
     assert code == 2 and out == "" and SECRET not in err
+
+
+# Allowing an abbreviation lets no secret through.
+ALLOWING = {"LLMD_ALLOW_FLAGS": "--hf-tok,--api-ke,--middleware"}
 
 
 @pytest.mark.parametrize("flag", ["hf-tok", "api-ke"])
 def test_abbreviated_secret_flags_in_a_recipe_are_refused(run_cli: Run, tmp_path: Path, flag: str) -> None:
     path = tmp_path / "recipe.yaml"
     path.write_text(HEAD.replace("{kind: vllm}", f"{{kind: vllm, args: {{{flag}: {SECRET}}}}}"))
-    code, out, err = run_cli("plan", "--recipe-file", str(path), env={"LLMD_CHECK_FLAGS": "false"})
+    code, out, err = run_cli("plan", "--recipe-file", str(path), env=ALLOWING)
     assert code == 2 and out == "" and SECRET not in err
 
 
@@ -76,7 +80,7 @@ def test_abbreviated_secret_flags_in_a_recipe_are_refused(run_cli: Run, tmp_path
 def test_secret_flags_inside_recipe_values_are_refused(run_cli: Run, tmp_path: Path, args: str) -> None:
     path = tmp_path / "recipe.yaml"
     path.write_text(HEAD.replace("{kind: vllm}", f"{{kind: vllm, args: {args}}}"))
-    code, out, err = run_cli("plan", "--recipe-file", str(path), env={"LLMD_CHECK_FLAGS": "false"})
+    code, out, err = run_cli("plan", "--recipe-file", str(path), env=ALLOWING)
     assert code == 2 and out == "" and SECRET not in err
 
 

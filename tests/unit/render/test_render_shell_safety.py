@@ -44,7 +44,6 @@ def test_hostile_values_are_data(run_cli: Run, tmp_path: Path, template: str) ->
         "POD_NAMESPACE": value,
         "NODE_NAME": value,
         "POD_IP": "10.0.0.1",
-        "LLMD_CHECK_FLAGS": "false",
         "LLMD_EXTRA_ARGS": "--chat-template " + shlex.quote(value),
         "LLMD_EXTRA_ENV": json.dumps({"B_VALUE": value}),
         "LLMD_RECIPE_FILE": str(_recipe(tmp_path, value)),

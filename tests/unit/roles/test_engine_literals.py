@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ("launcher", "roles", "healthchecks")
 # Every registered family's name: a new engine is checked from the day it is registered.
 ENGINE_NAMES = re.compile("|".join(re.escape(family.name) for family in FAMILIES), re.IGNORECASE)
-HOME = ("roles/engines/", "launcher/config/recipe.py")
+# launcher/catalogs/generate.py runs inside the engines' interpreters and reads their parsers.
+HOME = ("roles/engines/", "launcher/config/recipe.py", "launcher/catalogs/generate.py")
 # file -> the literals allowed there, each with why.
 ALLOWED = {
     # A help text's example of an env mapping; any variable name would do, this one is familiar.

@@ -10,7 +10,7 @@ import pytest
 from roles.args import split_extra_args
 from roles.flags import check_flags, load_catalog
 
-VLLM = load_catalog("vllm-serve")
+VLLM = load_catalog("vllm-serve", "0.32.0")
 
 
 def problems(text: str) -> list[str]:
@@ -58,7 +58,7 @@ def test_mistakes_are_named(extra: str, message: str) -> None:
 
 
 def test_sglang_catalogue_knows_the_kimi_parsers() -> None:
-    sglang = load_catalog("sglang-server")
+    sglang = load_catalog("sglang-server", "0.5.23")
     ok = split_extra_args("--tool-call-parser kimi_k3 --hicache-ratio 2 --enable-hierarchical-cache", "X")
     assert check_flags(sglang, ok, "X") == []
     [bad] = check_flags(sglang, split_extra_args("--tool-call-parser kimi_k4", "X"), "X")
@@ -69,7 +69,7 @@ def test_extra_args_mistake_is_one_line_exit_2(run_cli: Any) -> None:
     code, _, err = run_cli("plan", "--pool", "decode", "--extra-args", "--max-num-sequences 64")
     assert code == 2 and len(err.splitlines()) == 1
     assert err.startswith("llm-d-launcher: error: LLMD_EXTRA_ARGS: --max-num-sequences is not a vllm serve")
-    assert "LLMD_CHECK_FLAGS=false" in err
+    assert "LLMD_ALLOW_FLAGS" in err
 
 
 def vllm_recipe(tmp_path: Path, args: str) -> Path:
@@ -87,8 +87,8 @@ def test_recipe_arg_mistake_names_its_place(run_cli: Any, tmp_path: Path) -> Non
     assert f"error: LLMD_RECIPE_FILE: {recipe}: pools.p.args: --kv-cache-dtype 'fp9' is not one of" in err
 
 
-def test_the_check_can_be_switched_off_for_a_newer_engine(run_cli: Any) -> None:
-    env = {"LLMD_CHECK_FLAGS": "false"}
+def test_one_named_flag_can_be_allowed_for_a_newer_engine(run_cli: Any) -> None:
+    env = {"LLMD_ALLOW_FLAGS": "--brand-new-flag"}
     code, out, _ = run_cli("plan", "--pool", "decode", "--extra-args", "--brand-new-flag 1", env=env)
     assert code == 0 and "--brand-new-flag 1" in out
 
@@ -124,7 +124,7 @@ def test_a_recipe_false_on_a_switch_without_no_form_is_explained(run_cli: Any, t
 
 
 def test_sglang_takes_no_underscore_spelling() -> None:
-    sglang = load_catalog("sglang-server")
+    sglang = load_catalog("sglang-server", "0.5.23")
     [problem] = check_flags(sglang, split_extra_args("--tp_size 2", "X"), "X")
     assert "(did you mean --tp-size?)" in problem.message
 

