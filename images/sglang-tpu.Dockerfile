@@ -43,12 +43,15 @@ LABEL org.opencontainers.image.title="llm-d-launcher sglang-tpu" \
 # may add the launcher's missing dependencies but can never upgrade or downgrade anything SGLang
 # ships (torch, torch_xla/jax, pydantic, ...): a real conflict fails the build instead.
 # The wheel is bind-mounted from the builder stage, so it leaves no layer behind.
+# `catalog build` reads the flags of the SGLang this image really ships into /opt/llm-d-launcher/catalogs,
+# where `run` looks first (LLMD_CATALOG_DIR).
 RUN --mount=type=bind,from=wheel,source=/dist,target=/tmp/llm-d-launcher-dist \
     python3 -m pip list --format=freeze > /tmp/base-constraints.txt \
  && PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore \
     python3 -m pip install --no-cache-dir --constraint /tmp/base-constraints.txt /tmp/llm-d-launcher-dist/*.whl \
  && rm -f /tmp/base-constraints.txt \
  && llm-d-launcher recipes > /dev/null \
+ && llm-d-launcher catalog build --engine sglang --python "$(command -v python3)" \
  && python3 -c "import importlib.util, sys; sys.exit(importlib.util.find_spec('sglang.launch_server') is None)"
 
 ENV PYTHONUNBUFFERED=1

@@ -51,6 +51,8 @@ COPY --from=disagg-sidecar /app/pd-sidecar /usr/local/bin/llm-d-router-disagg-si
 # add the launcher's missing dependencies but can never upgrade or downgrade anything vLLM ships
 # (torch, pydantic, pyzmq, ...): a real conflict fails the build instead of changing the engine.
 # The wheel is bind-mounted from the builder stage, so it leaves no layer behind.
+# `catalog build` reads the flags of the vLLM this image really ships (a custom build may differ from
+# any release) into /opt/llm-d-launcher/catalogs, where `run` looks first (LLMD_CATALOG_DIR).
 # The recipe's flags need three packages the base does not promise (the launcher's preflight refuses
 # to start without them, README "Preflight"): --load-format fastsafetensors (vLLM's extra of that
 # name), MooncakeStoreConnector (mooncake-transfer-engine) and NixlConnector (nixl). Pinned; if the
@@ -67,6 +69,7 @@ RUN --mount=type=bind,from=wheel,source=/dist,target=/tmp/llm-d-launcher-dist \
  && python3 -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in ('fastsafetensors', 'mooncake', 'nixl')))" \
  && rm -f /tmp/base-constraints.txt \
  && llm-d-launcher recipes > /dev/null \
+ && llm-d-launcher catalog build --engine vllm --python "$(command -v python3)" \
  && test -x /usr/local/bin/llm-d-router-disagg-sidecar
 
 ENV PYTHONUNBUFFERED=1

@@ -1,8 +1,11 @@
-"""roles/catalogs/*.json are exactly what the installed engines' own parsers say."""
+"""`llm-d-launcher catalog build` (the command the images run at build time) against the engine venvs
+writes exactly the built-in catalogues roles/catalogs/<name>-<version>.json."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,17 +16,23 @@ pytestmark = pytest.mark.engines
 
 
 @pytest.mark.parametrize(
-    ("venv", "script", "name"),
-    [("vllm", "vllm_serve.py", "vllm-serve"), ("sglang", "sglang_server.py", "sglang-server")],
+    ("venv", "engine", "built"),
+    [
+        ("vllm", "vllm", "vllm-serve-0.32.0.json"),
+        ("vllm-033", "vllm", "vllm-serve-0.33.0.json"),  # parser-only: scripts/install-engines.sh
+        ("sglang", "sglang", "sglang-server-0.5.23.json"),
+    ],
 )
-def test_catalogue_matches_the_engine(venv: str, script: str, name: str, tmp_path: Path) -> None:
-    fresh = subprocess.run(
-        [str(engine_bin(venv, "python")), str(REPO / "scripts" / "flag_catalogs" / script)],
-        env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "VLLM_TARGET_DEVICE": "cpu"},
-        capture_output=True,
-        text=True,
-        check=True,
-        timeout=300,
-    ).stdout
-    committed = (REPO / "roles" / "catalogs" / f"{name}.json").read_text()
-    assert fresh == committed, f"{name}.json is stale: run scripts/update-flag-catalogs.sh"
+def test_catalog_build_writes_the_built_in_catalogue(
+    venv: str, engine: str, built: str, tmp_path: Path
+) -> None:
+    python = str(engine_bin(venv, "python"))
+    env = {**os.environ, "HOME": str(tmp_path), "VLLM_TARGET_DEVICE": "cpu"}
+    command = [sys.executable, "-m", "launcher", "catalog", "build", "--engine", engine, "--python", python]
+    done = subprocess.run(
+        [*command, "--out", str(tmp_path / "out")], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == str(tmp_path / "out" / built)
+    fresh = (tmp_path / "out" / built).read_text()
+    assert fresh == (REPO / "roles" / "catalogs" / built).read_text(), f"{built} is stale: rebuild it"
