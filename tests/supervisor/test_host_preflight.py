@@ -85,7 +85,7 @@ def test_the_interface_that_holds_pod_ip_is_named(tmp_path: Path) -> None:
     assert "network identity" in out and "interface=v4a" in out, out
     assert "GLOO_SOCKET_IFNAME" in out and "error:" not in out
     # The stand-in engine's interpreter has no vllm package: the catalogue check says so, and goes on.
-    assert "flags were checked against vllm 0.32.0" in out and "LLMD_CHECK_FLAGS=false" in out
+    assert "flags were checked against vllm 0.32.0" in out and "LLMD_ALLOW_FLAGS" in out
 
 
 @needs_root
