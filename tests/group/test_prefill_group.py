@@ -89,7 +89,14 @@ def test_leader_name_that_never_resolves_ends_each_pod_in_bounded_time(
 ) -> None:
     recipe = prefill_recipe(tmp_path / "recipe.yaml", tp2_model)
     began = time.time()
-    run = start_group(recipe, "--leader-dns-after", "never", env={"LLMD_LEADER_WAIT_SECONDS": "3"})
+    # Inside a group a refused pod parks (docs/running-a-pod.md); this test is about the refusal itself,
+    # in bounded time, so parking is off (LLMD_PARK_SECONDS=0).
+    run = start_group(
+        recipe,
+        "--leader-dns-after",
+        "never",
+        env={"LLMD_LEADER_WAIT_SECONDS": "3", "LLMD_PARK_SECONDS": "0"},
+    )
     assert run.proc.wait(timeout=60) == 2
     for index in (0, 1):
         assert run.exit_code(index) == 2
@@ -109,7 +116,7 @@ def test_a_pod_planned_for_the_wrong_group_is_refused_before_anything_hangs(
     """Bare vLLM given the same mistake waits for peers that never come (bench/group_bench.py)."""
     recipe = prefill_recipe(tmp_path / "recipe.yaml", tp2_model)
     began = time.time()
-    run = start_group(recipe, *args)
+    run = start_group(recipe, *args, env={"LLMD_PARK_SECONDS": "0"})  # the refusal, not the parking
     assert run.proc.wait(timeout=60) == 2
     for index in range(len(run.pods())):
         assert run.exit_code(index) == 2
