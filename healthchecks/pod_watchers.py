@@ -16,9 +16,12 @@ from launcher.contract.phases import STOPPING
 from launcher.contract.plan import Plan
 
 
-def build_watchers(plan: Plan, health: PodHealth, settings: Settings, log: Log) -> tuple[Watcher, ...]:
+def build_watchers(
+    plan: Plan, health: PodHealth, settings: Settings, log: Log, *, parks: bool
+) -> tuple[Watcher, ...]:
     """In start order (the KV-event watcher subscribes before the engine binds: no early batch is
-    missed). Intervals and timeouts: LLMD_CHECK_INTERVAL, LLMD_CHECK_TIMEOUT."""
+    missed). Intervals and timeouts: LLMD_CHECK_INTERVAL, LLMD_CHECK_TIMEOUT. `parks`: the pod parks
+    rather than exit on what a restart cannot fix (an LWS group, launcher/parking.py)."""
     probes = plan.probes
     assert probes is not None
     watchers: list[Watcher] = [CheckRunner(health, settings.check_interval, settings.check_timeout, log)]
@@ -32,7 +35,12 @@ def build_watchers(plan: Plan, health: PodHealth, settings: Settings, log: Log) 
     if probes.startup_seconds > 0:
         from healthchecks.deadline import StartupDeadline
 
-        watchers.append(StartupDeadline(health, probes.startup_seconds))
+        hydration = None
+        if parks and plan.model_path is not None and os.path.isdir(plan.model_path):
+            from healthchecks.hydration import Hydration
+
+            hydration = Hydration(plan.model_path, settings.park_seconds)
+        watchers.append(StartupDeadline(health, probes.startup_seconds, hydration=hydration, log=log))
     if probes.forward is not None:
         from healthchecks.forward import ForwardWatcher, engine_api_key
 

@@ -122,12 +122,14 @@ class PodHealth:
         self.parked = parked
         self.set_phase(PARKED)
 
-    def unpark(self) -> None:
-        """Parking ended (the checks passed, or the pod ends): its time does not count against start-up."""
+    def unpark(self, resume: str = PREFLIGHT) -> None:
+        """Parking ended (the checks passed, the copy ended, or the pod ends): its time does not count
+        against start-up. `resume`: the phase it goes back to, unless engine output moved it meanwhile."""
         if self.parked is not None:
             self.hold(self.clock() - self.parked.since)
             self.parked = None
-            self.set_phase(PREFLIGHT)
+            if self._phase == PARKED:
+                self.set_phase(resume)
 
     def hold(self, seconds: float) -> None:
         self.held_seconds += seconds

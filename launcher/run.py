@@ -180,7 +180,7 @@ async def _run(
         config = SupervisorConfig.from_settings(inputs.settings)
         supervisor = Supervisor(prepared, config, events, output, log, on_line=health.on_line)
         health.attach(supervisor)
-        health.watchers = build_watchers(prepared, health, inputs.settings, log)
+        health.watchers = build_watchers(prepared, health, inputs.settings, log, parks=_parks())
         async with _watching(health.watchers, supervisor):
             return await supervisor.run()
     finally:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from prometheus_client import generate_latest
 
+from healthchecks.deadline import StartupDeadline
 from healthchecks.metrics import build_registry
 from healthchecks.peers import PeerWatcher
 from healthchecks.pod_watchers import build_watchers
@@ -73,15 +74,33 @@ def _scrape(health: PodHealth) -> str:
 def test_the_factory_builds_every_watcher_the_plan_asks_for() -> None:
     plan = build_plan(_prefill_leader(), KIMI)
     assert plan.probes is not None
-    watchers = build_watchers(plan, PodHealth(plan.probes), _prefill_leader(), QuietLog())
+    watchers = build_watchers(plan, PodHealth(plan.probes), _prefill_leader(), QuietLog(), parks=False)
     assert [w.name for w in watchers] == ["checks", "kv-events", "startup-deadline", "forward", "peers"]
+
+
+@pytest.mark.parametrize("parks", [True, False], ids=["lws-group-parks", "exits"])
+def test_the_deadline_watches_the_checkpoint_copy_only_in_a_pod_that_parks(
+    parks: bool, tmp_path: Any
+) -> None:
+    plan = replace(build_plan(_prefill_leader(), KIMI), model_path=str(tmp_path))
+    assert plan.probes is not None
+    settings = _prefill_leader(park_seconds=120)
+    watchers = build_watchers(plan, PodHealth(plan.probes), settings, QuietLog(), parks=parks)
+    deadline = next(w for w in watchers if isinstance(w, StartupDeadline))
+    watched = deadline.hydration
+    if parks:  # in an LWS group: the model directory, parked at most LLMD_PARK_SECONDS
+        assert watched is not None and (watched.root, watched.bound) == (str(tmp_path), 120)
+    else:  # outside: the deadline ends the pod on time, copy or not
+        assert watched is None
 
 
 def test_the_factory_builds_only_the_check_runner_when_every_watch_is_off() -> None:
     settings = _prefill_leader(stall_seconds=0, peer_lost_seconds=0, startup_seconds=0)
     plan = build_plan(settings, KIMI)
     assert plan.probes is not None and plan.kv_events is not None
-    watchers = build_watchers(replace(plan, kv_events=None), PodHealth(plan.probes), settings, QuietLog())
+    watchers = build_watchers(
+        replace(plan, kv_events=None), PodHealth(plan.probes), settings, QuietLog(), parks=False
+    )
     assert [w.name for w in watchers] == ["checks"]
 
 
@@ -90,7 +109,9 @@ def test_the_factory_passes_the_settings_values_on() -> None:
     plan = build_plan(settings, KIMI)
     assert plan.probes is not None
     peers = next(
-        w for w in build_watchers(plan, PodHealth(plan.probes), settings, QuietLog()) if w.name == "peers"
+        w
+        for w in build_watchers(plan, PodHealth(plan.probes), settings, QuietLog(), parks=False)
+        if w.name == "peers"
     )
     assert isinstance(peers, PeerWatcher)
     assert (peers.interval, peers.timeout, peers.lost_after) == (0.7, 0.3, 12)
