@@ -37,10 +37,23 @@ FIRST_RECHECK = 1.0  # seconds before the first re-check; doubled after each, up
 MAX_RECHECK = 30.0
 REMIND_EVERY = 60.0  # seconds between two log lines of the same reason
 LWS_ENV = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX")  # LWS injects all three
-# Problems named after the container's env: only a new pod (a rollout) changes them. These names are
-# env too, but what they point at can change in place: the recipe file's content, the leader's DNS
-# record, the process holding the probe port.
+# Which problems heal in place, by the setting a Problem names; one declaration per class.
+# What the container was started with changes only with a new pod (a rollout): its env, and what
+# preflight finds of its capabilities, rlimits, memory limit, devices, image and PID namespace.
 _ENV_NAME = re.compile(r"(LLMD|LWS|POD|TPU|NODE)_[A-Z0-9_]+")
+_STARTED_WITH = (
+    "CAP_IPC_LOCK",  # the effective set is fixed at exec (kubernetes/kubernetes#56374)
+    "RLIMIT_MEMLOCK",  # set by the runtime at the container's start
+    "container memory limit",  # an in-place resize is possible, but not what fixes a plan's need
+    "rdma",  # devices are given to a pod when it is created
+    "process ",  # a binary missing from the image
+    "engine interpreter",  # the image's engine venv
+    "flag catalogue",  # the engine version in the image
+    "/proc",  # the pod's PID namespace (shareProcessNamespace)
+)
+# These are env, but what they point at can change in place: the recipe file's content, the leader's
+# DNS record, the process holding the probe port. Everything else (the recipe's keys, the checkpoint,
+# a port, the drafter in the hub cache) is a file or a process of the node: it can heal in place.
 _NOT_ENV = ("LLMD_RECIPE_FILE", "LWS_LEADER_ADDRESS", "LLMD_PROBE_PORT")
 
 
@@ -51,7 +64,10 @@ def in_group(environ: Mapping[str, str]) -> bool:
 
 def heals_in_place(problem: Problem) -> bool:
     """Whether fixing it needs no new pod: a recipe file, the checkpoint, a port, the leader's DNS
-    record can change under a running pod; the container's env (an LLMD_* value, LWS_*, POD_*) cannot."""
+    record can change under a running pod; what the container started with (its env, capabilities,
+    rlimits, devices, image) cannot."""
+    if problem.setting.startswith(_STARTED_WITH):
+        return False
     head = problem.setting.split(" ", 1)[0]
     return head in _NOT_ENV or not _ENV_NAME.fullmatch(head)
 

@@ -66,8 +66,9 @@ BAD_INPUT = ExitCode(
     "bad input or a failed preflight: one line per problem, nothing spawned",
     in_group="parks: /livez 200, /startupz and /readyz 503 with the reason; re-checks and starts in "
     "the same pod once fixed; exits 2 after LLMD_PARK_SECONDS or on SIGTERM",
-    fresh_group_fixes="no: a fixed recipe file (ConfigMap), a finished checkpoint copy or a freed port "
-    "heals the parked pod in place; the container's env only a rollout",
+    fresh_group_fixes="no: a fixed recipe file (a ConfigMap mounted without a hash suffix), a finished "
+    "checkpoint copy or a freed port heals the parked pod in place; the container's env, capabilities, "
+    "memlock, devices and image only a rollout (a recipe ConfigMap with a hash suffix rolls the group)",
 )
 ENGINE_QUIT = ExitCode(
     "3",
@@ -98,8 +99,11 @@ STARTUP_DEADLINE = ExitCode(
     "startup-deadline",
     "start-up did not end within LLMD_STARTUP_SECONDS",
     "start-up deadline: not started within LLMD_STARTUP_SECONDS={seconds:g} s; stuck in {where}",
-    fresh_group_fixes="yes, a hung start-up; time parked (this pod or a peer) does not count, and an "
-    "incomplete checkpoint parks at preflight instead",
+    in_group="exits: LWS recreates the group; but while the checkpoint is still being copied (files of "
+    "the model directory still appear or grow) the pod parks instead, its engine running, up to "
+    "LLMD_PARK_SECONDS",
+    fresh_group_fixes="yes, a hung start-up; not a copy still under way (it parks): time parked (this "
+    "pod or a peer) does not count, and an incomplete checkpoint parks at preflight",
 )
 NOT_RUNNABLE = ExitCode(
     "126, 127",
