@@ -247,7 +247,7 @@ def test_the_key_is_the_engines_own_the_plans_env_over_the_pods(monkeypatch: pyt
 
     def key_of(plan: Plan) -> str | None:
         assert plan.probes is not None
-        watchers = build_watchers(plan, PodHealth(plan.probes), settings, Recorder())
+        watchers = build_watchers(plan, PodHealth(plan.probes), settings, Recorder(), parks=False)
         forward = next(w for w in watchers if isinstance(w, ForwardWatcher))
         return forward._api_key
 
