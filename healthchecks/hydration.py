@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 QUIET_SECONDS = 30.0  # no file appeared or changed for this long: the copy is over
 SCAN_EVERY = 5.0  # seconds between two looks at the directory (a stat per file)
@@ -53,7 +53,7 @@ class Hydration:
     last: Snapshot | None = None
     looked_at: float | None = None
     change: tuple[str, float] | None = None  # the latest file seen changing, and when
-    parked_for: float = field(default=0.0)  # seconds parked for the copy so far
+    parked_for: float = 0.0  # seconds parked for the copy so far
 
     def copying(self, now: float) -> str | None:
         """Why start-up waits for the copy now (a file changed within quiet_seconds), or None. Scans
