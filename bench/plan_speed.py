@@ -170,7 +170,7 @@ def goal(name: str, row: Row, base: Row, limit: float) -> str:
 
 
 def summary(rows: list[Row], load: list[float]) -> list[str]:
-    bare, floor, plan, _group, vllm = rows
+    bare, floor, plan, _group, vllm = rows[:5]
     lines = [
         "",
         goal("`plan` / `import pydantic_settings` (row 3 / row 2)", plan, floor, FLOOR_GOAL),
@@ -252,6 +252,9 @@ def main() -> int:
     ap.add_argument("--venv", type=Path, default=ROOT / ".venv", help="project venv")
     ap.add_argument("--vllm-venv", type=Path, default=ROOT / ".venvs" / "vllm", help="vLLM engine venv")
     ap.add_argument("--write", type=Path, metavar="FILE", help="also write the Markdown to FILE")
+    ap.add_argument(
+        "--before", type=Path, metavar="CHECKOUT", help="also time `plan` of another checkout (a before row)"
+    )
     opts = ap.parse_args()
 
     python, launcher = str(opts.venv / "bin" / "python"), str(opts.venv / "bin" / "llm-d-launcher")
@@ -275,6 +278,11 @@ def main() -> int:
     vllm_python = opts.vllm_venv / "bin" / "python"
     vllm_row = Row("vLLM parser on the same engine argv (cold) ²", [], opts.vllm_runs)
     rows.append(vllm_row)
+    if opts.before:
+        before_env = {**env, "PYTHONPATH": str(opts.before.resolve())}
+        rows.append(
+            Row(f"`llm-d-launcher plan` of {opts.before} (before)", [launcher, "plan"], opts.runs, before_env)
+        )
     with tempfile.TemporaryDirectory() as tmp:
         if opts.vllm_runs == 0:
             vllm_row.error = "skipped (--vllm-runs 0)"
