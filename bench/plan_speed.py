@@ -19,6 +19,7 @@ import datetime
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -50,11 +51,16 @@ class Row:
     env: dict[str, str] = field(default_factory=dict)
     cwd: str | None = None
     times: list[float] = field(default_factory=list)
+    cpu: list[float] = field(default_factory=list)  # user + system seconds of the process, per run
     error: str = ""
 
     @property
     def median(self) -> float:
         return statistics.median(self.times)
+
+    @property
+    def cpu_median(self) -> float:
+        return statistics.median(self.cpu)
 
     @property
     def p90(self) -> float:
@@ -76,32 +82,40 @@ def clean_env() -> dict[str, str]:
     return env
 
 
-def run_once(row: Row) -> float | None:
-    """Seconds for one fresh process; None (and row.error set) if it failed."""
+def run_once(row: Row) -> tuple[float, float] | None:
+    """Wall and CPU seconds of one fresh process; None (and row.error set) if it failed. On a loaded
+    machine the wall time is mostly waiting for a core; the CPU time is the process's own work."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(
         row.argv, env=row.env, cwd=row.cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     elapsed = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         last = (done.stderr.decode(errors="replace").strip().splitlines() or [""])[-1]
         row.error = f"exit {done.returncode}: {last}".replace("|", "/")
         return None
-    return elapsed
+    return elapsed, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
-def measure(rows: list[Row]) -> None:
+def measure(rows: list[Row]) -> list[float]:
     """One untimed warm-up run per row (page cache, bytecode cache), then timed runs round-robin,
-    so a burst of load on the machine is spread over all rows instead of skewing one."""
+    so a burst of load on the machine is spread over all rows instead of skewing one. Returns the
+    1-minute load average after each round."""
     for row in rows:
         if not row.error:
             print(f"warm-up {row.label}", file=sys.stderr)
             run_once(row)
+    load = []
     for i in range(max(row.runs for row in rows)):
         print(f"round {i + 1}", file=sys.stderr)
         for row in rows:
-            if not row.error and i < row.runs and (elapsed := run_once(row)) is not None:
-                row.times.append(elapsed)
+            if not row.error and i < row.runs and (took := run_once(row)) is not None:
+                row.times.append(took[0])
+                row.cpu.append(took[1])
+        load.append(os.getloadavg()[0])
+    return load
 
 
 def engine_argv(launcher: str, env: dict[str, str]) -> list[str]:
@@ -120,19 +134,25 @@ def ratio(row: Row, base: Row) -> str:
     return f"{row.median / base.median:.2f}" if row.times and base.times else "-"
 
 
+def cpu_ratio(row: Row, base: Row) -> str:
+    return f"{row.cpu_median / base.cpu_median:.2f}" if row.cpu and base.cpu else "-"
+
+
 def table(rows: list[Row]) -> list[str]:
     bare, floor = rows[0], rows[1]
     lines = [
-        "| # | command | runs | median ms | p90 ms | min ms | x bare python | x floor ¹ |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| # | command | runs | median ms | p90 ms | min ms | x bare python | x floor ¹ "
+        "| CPU median ms | CPU x floor |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for n, row in enumerate(rows, 1):
         if row.error:
-            lines.append(f"| {n} | {row.label} | - | - | - | - | {row.error} | - |")
+            lines.append(f"| {n} | {row.label} | - | - | - | - | {row.error} | - | - | - |")
             continue
         lines.append(
             f"| {n} | {row.label} | {len(row.times)} | {ms(row.median)} | {ms(row.p90)} | "
-            f"{ms(min(row.times))} | {ratio(row, bare)} | {ratio(row, floor)} |"
+            f"{ms(min(row.times))} | {ratio(row, bare)} | {ratio(row, floor)} "
+            f"| {ms(row.cpu_median)} | {cpu_ratio(row, floor)} |"
         )
     return lines
 
@@ -142,16 +162,25 @@ def goal(name: str, row: Row, base: Row, limit: float) -> str:
         return f"**Goal: {name} ≤ {limit:g}x — cannot tell** (a row failed)."
     value = row.median / base.median
     verdict = "MET" if value <= limit else "NOT MET"
-    return f"**Goal: {name} ≤ {limit:g}x — {verdict}** (median ratio {value:.2f}x)."
+    cpu = row.cpu_median / base.cpu_median
+    return (
+        f"**Goal: {name} ≤ {limit:g}x — {verdict}** (median ratio {value:.2f}x; "
+        f"of CPU time {cpu:.2f}x, {'met' if cpu <= limit else 'not met'})."
+    )
 
 
-def summary(rows: list[Row]) -> list[str]:
-    bare, floor, plan, _group, vllm = rows
+def summary(rows: list[Row], load: list[float]) -> list[str]:
+    bare, floor, plan, _group, vllm = rows[:5]
     lines = [
         "",
         goal("`plan` / `import pydantic_settings` (row 3 / row 2)", plan, floor, FLOOR_GOAL),
         "",
         goal("`plan` / bare interpreter start (row 3 / row 1)", plan, bare, BARE_GOAL),
+        "",
+        f"Machine load during the runs (1-minute load average, {len(os.sched_getaffinity(0))} cores): "
+        f"median {statistics.median(load):.1f}, {min(load):.1f}-{max(load):.1f}. Under load the wall "
+        "times are mostly waiting for a core; the CPU columns (user + system time of each process) are "
+        "its own work, and their ratio is the steadier one.",
     ]
     if not (plan.error or vllm.error):
         lines += [
@@ -223,6 +252,9 @@ def main() -> int:
     ap.add_argument("--venv", type=Path, default=ROOT / ".venv", help="project venv")
     ap.add_argument("--vllm-venv", type=Path, default=ROOT / ".venvs" / "vllm", help="vLLM engine venv")
     ap.add_argument("--write", type=Path, metavar="FILE", help="also write the Markdown to FILE")
+    ap.add_argument(
+        "--before", type=Path, metavar="CHECKOUT", help="also time `plan` of another checkout (a before row)"
+    )
     opts = ap.parse_args()
 
     python, launcher = str(opts.venv / "bin" / "python"), str(opts.venv / "bin" / "llm-d-launcher")
@@ -246,8 +278,15 @@ def main() -> int:
     vllm_python = opts.vllm_venv / "bin" / "python"
     vllm_row = Row("vLLM parser on the same engine argv (cold) ²", [], opts.vllm_runs)
     rows.append(vllm_row)
+    if opts.before:
+        before_env = {**env, "PYTHONPATH": str(opts.before.resolve())}
+        rows.append(
+            Row(f"`llm-d-launcher plan` of {opts.before} (before)", [launcher, "plan"], opts.runs, before_env)
+        )
     with tempfile.TemporaryDirectory() as tmp:
-        if not vllm_python.exists():
+        if opts.vllm_runs == 0:
+            vllm_row.error = "skipped (--vllm-runs 0)"
+        elif not vllm_python.exists():
             vllm_row.error = f"skipped: no vLLM venv at {opts.vllm_venv}"
         else:
             try:
@@ -257,9 +296,9 @@ def main() -> int:
             vllm_row.argv = [str(vllm_python), "-c", VLLM_PARSE, json.dumps(argv)]
             vllm_env = {k: v for k, v in env.items() if k != "PYTHONPATH"}
             vllm_row.env, vllm_row.cwd = {**vllm_env, "VLLM_TARGET_DEVICE": "cpu", "HF_HUB_OFFLINE": "1"}, tmp
-        measure(rows)
+        load = measure(rows)
 
-    body = table(rows) + summary(rows) + breakdown(import_costs(python, env))
+    body = table(rows) + summary(rows, load) + breakdown(import_costs(python, env))
     print("\n".join(body))
     if opts.write:
         version = subprocess.run([python, "-VV"], capture_output=True, text=True).stdout.strip()

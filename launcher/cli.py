@@ -6,7 +6,7 @@ import argparse
 import os
 import re
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import launcher.early  # noqa: F401 - first: `run`'s signal handlers before any heavy import
@@ -55,15 +55,23 @@ def _run_exits(width: int = 100) -> str:
 class _Parser(argparse.ArgumentParser):
     """A parser that takes the settings' flags and help from their declarations on first use: only
     `plan`, `run` and --help need them, and the exec probe (forked by the kubelet every period) must
-    not pay for importing pydantic."""
+    not pay for importing pydantic. Likewise `deferred` adds a command's own arguments on first use,
+    so no command imports another's module."""
 
-    def __init__(self, *args: Any, settings_for: str | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        settings_for: str | None = None,
+        deferred: Callable[[argparse.ArgumentParser], None] | None = None,
+        **kwargs: Any,
+    ) -> None:
         # No abbreviations: `plan --pod x` must not become --pod-ip, nor `--group` --group-size (the
         # same reason engine flags are checked against their full names).
         kwargs["allow_abbrev"] = False
         super().__init__(*args, **kwargs)
         self._settings_for = settings_for  # None, "root", "plan" or "run"
         self._flags_added = False
+        self._deferred = deferred
 
     def error(self, message: str) -> NoReturn:
         """One line, exit 2, and no value echoed: a mistyped flag may carry a token."""
@@ -81,6 +89,9 @@ class _Parser(argparse.ArgumentParser):
         return super().format_help()
 
     def _add_setting_flags(self) -> None:
+        add_arguments, self._deferred = self._deferred, None
+        if add_arguments is not None:
+            add_arguments(self)
         if self._settings_for not in ("plan", "run") or self._flags_added:
             return
         from launcher.config.settings import CLI_FLAGS, DOCS, env_name
@@ -200,15 +211,12 @@ def _parser() -> argparse.ArgumentParser:
         "answers 200, 1 otherwise, with one line saying why. For clusters that prefer exec probes; "
         "httpGet probes on /livez, /readyz and /startupz answer the same.",
     )
-    from launcher.localgroup import add_arguments as add_local_group_arguments
-
-    local_group = sub.add_parser(
+    sub.add_parser(
         "local-group",
         help="try a recipe pool's whole LWS group on this machine: every pod in its own network namespace",
-        description=(__import__("launcher.localgroup").localgroup.__doc__ or "").split("\n\n", 1)[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        deferred=_local_group_arguments,
     )
-    add_local_group_arguments(local_group)
     probe.add_argument("which", choices=("live", "ready", "startup"))
     probe.add_argument(
         "--port", type=_port, help=f"probe server port (default LLMD_PROBE_PORT, else {PROBE_PORT})"
@@ -217,6 +225,13 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=2.0, metavar="SECONDS", help="give up after this (default 2)"
     )
     return root
+
+
+def _local_group_arguments(parser: argparse.ArgumentParser) -> None:
+    import launcher.localgroup
+
+    parser.description = (launcher.localgroup.__doc__ or "").split("\n\n", 1)[1]
+    launcher.localgroup.add_arguments(parser)
 
 
 def _port(text: str) -> int:

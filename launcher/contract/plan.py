@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from enum import Enum
+
+from launcher.contract.record import Record
 
 # Shown where a value is only known inside the pod (kubelet's own $(VAR) notation).
 LEADER_PLACEHOLDER = "$(LWS_LEADER_ADDRESS)"
@@ -20,8 +22,7 @@ class RoleKind(str, Enum):
     SERVICE = "service"  # a standalone service pod (Mooncake master, donor)
 
 
-@dataclass(frozen=True)
-class Role:
+class Role(Record):
     """Which job this pod does, derived from the pool and the LWS env alone."""
 
     pool: str
@@ -39,8 +40,7 @@ class Role:
         return self.pool
 
 
-@dataclass(frozen=True)
-class PodIdentity:
+class PodIdentity(Record):
     """Downward-API names of the pod, for the people reading a plan or its logs."""
 
     name: str | None = None
@@ -48,35 +48,30 @@ class PodIdentity:
     node: str | None = None
 
 
-@dataclass(frozen=True)
-class PortSpec:
+class PortSpec(Record):
     number: int
     name: str
 
 
-@dataclass(frozen=True)
-class HttpCheck:
+class HttpCheck(Record):
     """How the probe server learns this process is healthy: GET path on a local port, 200 = ok."""
 
     port: int
     path: str
 
 
-@dataclass(frozen=True)
-class TcpCheck:
+class TcpCheck(Record):
     """Reachable = a TCP connection opens: how a worker learns its leader's API is up."""
 
     host: str
     port: int
 
 
-@dataclass(frozen=True)
-class EventsFlowing:
+class EventsFlowing(Record):
     """Passes until the engine served a request without publishing KV events (healthchecks/kvevents/)."""
 
 
-@dataclass(frozen=True)
-class Check:
+class Check(Record):
     """One condition the probe server watches. Its process must be running; then the request, if any,
     must pass. No request: the process running is the whole check (a headless worker's engine)."""
 
@@ -85,8 +80,7 @@ class Check:
     request: HttpCheck | TcpCheck | EventsFlowing | None = None
 
 
-@dataclass(frozen=True)
-class Peer:
+class Peer(Record):
     """Another pod of this pod's LWS group, watched through its launcher's /livez. A peer that answered
     once and then stops answering ends this pod too, so LWS recreates the group now, not when the
     engine notices on its next request (vLLM's leader answers /health 200 with its worker gone)."""
@@ -96,16 +90,14 @@ class Peer:
     port: int  # its launcher's probe port
 
 
-@dataclass(frozen=True)
-class ProgressSource:
+class ProgressSource(Record):
     """One API server whose engine's token counters the launcher reads, and canaries when they stand still."""
 
     name: str  # "engine", "rank 3": named in /livez and the termination message
     port: int  # its API port: GET /metrics, POST the canary
 
 
-@dataclass(frozen=True)
-class Canary:
+class Canary(Record):
     """The smallest request the engine's runner serves (a one-token completion, or one pooled input):
     its answer proves the engine core worked. The key it sends is the value of `api_key_env` in the
     engine's own environment, read by the launcher at run time: never in the plan, argv or output."""
@@ -117,8 +109,7 @@ class Canary:
     path_fix: str  # told once when it serves no such path or model (404)
 
 
-@dataclass(frozen=True)
-class ProgressWatch:
+class ProgressWatch(Record):
     """Forward progress of the serving engine (healthchecks/forward.py). The engine's own token
     counters must advance; when they have not for `stall_seconds` and no request is running or
     waiting (`busy`), one canary must come back within `canary_seconds`, or the engine is stalled and
@@ -134,24 +125,21 @@ class ProgressWatch:
     covers: tuple[str, ...] = ()  # the group's headless pods whose stall this watch sees
 
 
-@dataclass(frozen=True)
-class PhasePattern:
+class PhasePattern(Record):
     """An engine output line holding `text` means start-up reached `phase` (launcher/contract/phases.py)."""
 
     text: str
     phase: str
 
 
-@dataclass(frozen=True)
-class StartupOutput:
+class StartupOutput(Record):
     """How the engine's own output says which start-up phase it is in (healthchecks/progress.py)."""
 
     engine: str  # whose output it is: named by the dry-run
     phases: tuple[PhasePattern, ...]
 
 
-@dataclass(frozen=True)
-class Probes:
+class Probes(Record):
     """What the launcher's probe server answers from (healthchecks/)."""
 
     port: int  # the launcher's own /livez /readyz /startupz /metrics
@@ -165,8 +153,7 @@ class Probes:
     startup_seconds: float = 0.0  # start-up not ended this long after launch ends the pod (0: never)
 
 
-@dataclass(frozen=True)
-class KvEventSource:
+class KvEventSource(Record):
     """One local rank's KV-event publisher, as the launcher's watcher subscribes to it."""
 
     rank: int  # global DP rank
@@ -179,8 +166,7 @@ class KvEventSource:
     replay_ipc: str | None = None
 
 
-@dataclass(frozen=True)
-class KvEventsWatch:
+class KvEventsWatch(Record):
     sources: tuple[KvEventSource, ...]
     silence_seconds: float  # no batch this long while requests were served = silent
     readiness: bool = False  # the pod is not ready while its events are silent
@@ -191,8 +177,7 @@ class KvEventsWatch:
     served_metrics: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class ProcessSpec:
+class ProcessSpec(Record):
     name: str
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)  # added to the pod's environment
@@ -201,15 +186,13 @@ class ProcessSpec:
     health: HttpCheck | None = None
 
 
-@dataclass(frozen=True)
-class FileSpec:
+class FileSpec(Record):
     path: str
     content: str
     mode: int = 0o644
 
 
-@dataclass(frozen=True)
-class ShutdownBudget:
+class ShutdownBudget(Record):
     """How the pod's termination grace period is split between the engine's drain, the sidecars and
     the final SIGKILL. The plan uses it for the engine's --shutdown-timeout and the supervisor for its
     deadlines, so the two always agree. After SIGTERM reaches the launcher (t = 0):
@@ -254,8 +237,7 @@ class ShutdownBudget:
         return max(0, int(self.engine_deadline - self.teardown - self.deregister))
 
 
-@dataclass(frozen=True)
-class DerivedEnv:
+class DerivedEnv(Record):
     """An engine env value the launcher sets, and where it came from (the dry-run shows both)."""
 
     process: str
@@ -263,8 +245,7 @@ class DerivedEnv:
     source: str
 
 
-@dataclass(frozen=True)
-class ModuleNeed:
+class ModuleNeed(Record):
     """A Python module the engine will import because of the plan, and the package that provides it."""
 
     module: str
@@ -272,8 +253,7 @@ class ModuleNeed:
     why: str  # the flag or connector that needs it
 
 
-@dataclass(frozen=True)
-class MemoryItem:
+class MemoryItem(Record):
     """Host memory the pod will allocate (pinned: registered for RDMA, so RLIMIT_MEMLOCK counts it)."""
 
     what: str
@@ -282,8 +262,7 @@ class MemoryItem:
     pinned: bool = False
 
 
-@dataclass(frozen=True)
-class RdmaPort:
+class RdmaPort(Record):
     """One active RDMA port of the pod (launcher/supervise/host/rdma.py reads it from sysfs)."""
 
     device: str  # the HCA, e.g. mlx5_0
@@ -298,8 +277,7 @@ class RdmaPort:
         return f"{self.device}:{self.port}"
 
 
-@dataclass(frozen=True)
-class RdmaNeed:
+class RdmaNeed(Record):
     """The plan names its RDMA devices from the ports the pod has (found by preflight, filled in by
     roles.needs.fill_rdma); a plan whose transfers cannot work without one says why."""
 
@@ -310,8 +288,7 @@ class RdmaNeed:
     device_file_env: str | None = None  # names the JSON config whose empty device_name gets them
 
 
-@dataclass(frozen=True)
-class StoreMaster:
+class StoreMaster(Record):
     """The KV store's master (Mooncake's) a pod's store client registers with: checked before start,
     watched after (healthchecks/store_master.py)."""
 
@@ -325,8 +302,7 @@ class StoreMaster:
     reregister: bool
 
 
-@dataclass(frozen=True)
-class HostNeeds:
+class HostNeeds(Record):
     """What the host the pod lands on must provide; derived from the plan, checked by preflight."""
 
     modules: tuple[ModuleNeed, ...] = ()
@@ -355,8 +331,7 @@ class HostNeeds:
         return sum(m.size // m.processes for m in self.memory if m.pinned)
 
 
-@dataclass(frozen=True)
-class Plan:
+class Plan(Record):
     recipe: str
     role: Role
     pod: PodIdentity
@@ -391,8 +366,7 @@ class Plan:
         return clashes
 
 
-@dataclass(frozen=True)
-class GroupCheck:
+class GroupCheck(Record):
     """One check of a whole LWS group (`plan --group`)."""
 
     name: str
@@ -400,8 +374,7 @@ class GroupCheck:
     detail: str
 
 
-@dataclass(frozen=True)
-class GroupReport:
+class GroupReport(Record):
     plans: tuple[Plan, ...]
     checks: tuple[GroupCheck, ...]
 

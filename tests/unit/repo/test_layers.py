@@ -49,6 +49,13 @@ def test_dry_run_loads_no_event_loop_or_sockets(code: str) -> None:
     assert not {m for m in loaded if m.split(".")[0] in HEAVY or m in HEAVY}
 
 
+def test_dry_run_of_a_builtin_recipe_loads_no_yaml_nor_other_commands() -> None:
+    """PyYAML's import is ~10 ms of `plan` (bench/results/plan_speed.md): only a recipe *file* needs
+    it; the built-in recipes load from their compiled JSON. No other command's module is loaded."""
+    loaded = _loaded_after("from launcher.cli import main\nmain(['plan', '--format', 'json'])")
+    assert not loaded & {"yaml", "launcher.localgroup", "launcher.run", "healthchecks.probe"}
+
+
 def test_dry_run_builds_one_recipe_validator() -> None:
     """pydantic builds a model's validator when its class is created unless `defer_build` is set;
     `plan` needs one, `Recipe`'s, which covers the whole tree. One per class made importing the
