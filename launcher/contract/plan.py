@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import field, replace
+from dataclasses import dataclass, field, replace
 from enum import Enum
-
-from launcher.contract.record import Record
 
 # Shown where a value is only known inside the pod (kubelet's own $(VAR) notation).
 LEADER_PLACEHOLDER = "$(LWS_LEADER_ADDRESS)"
@@ -22,7 +20,8 @@ class RoleKind(str, Enum):
     SERVICE = "service"  # a standalone service pod (Mooncake master, donor)
 
 
-class Role(Record):
+@dataclass(frozen=True)
+class Role:
     """Which job this pod does, derived from the pool and the LWS env alone."""
 
     pool: str
@@ -40,7 +39,8 @@ class Role(Record):
         return self.pool
 
 
-class PodIdentity(Record):
+@dataclass(frozen=True)
+class PodIdentity:
     """Downward-API names of the pod, for the people reading a plan or its logs."""
 
     name: str | None = None
@@ -48,30 +48,35 @@ class PodIdentity(Record):
     node: str | None = None
 
 
-class PortSpec(Record):
+@dataclass(frozen=True)
+class PortSpec:
     number: int
     name: str
 
 
-class HttpCheck(Record):
+@dataclass(frozen=True)
+class HttpCheck:
     """How the probe server learns this process is healthy: GET path on a local port, 200 = ok."""
 
     port: int
     path: str
 
 
-class TcpCheck(Record):
+@dataclass(frozen=True)
+class TcpCheck:
     """Reachable = a TCP connection opens: how a worker learns its leader's API is up."""
 
     host: str
     port: int
 
 
-class EventsFlowing(Record):
+@dataclass(frozen=True)
+class EventsFlowing:
     """Passes until the engine served a request without publishing KV events (healthchecks/kvevents/)."""
 
 
-class Check(Record):
+@dataclass(frozen=True)
+class Check:
     """One condition the probe server watches. Its process must be running; then the request, if any,
     must pass. No request: the process running is the whole check (a headless worker's engine)."""
 
@@ -80,7 +85,8 @@ class Check(Record):
     request: HttpCheck | TcpCheck | EventsFlowing | None = None
 
 
-class Peer(Record):
+@dataclass(frozen=True)
+class Peer:
     """Another pod of this pod's LWS group, watched through its launcher's /livez. A peer that answered
     once and then stops answering ends this pod too, so LWS recreates the group now, not when the
     engine notices on its next request (vLLM's leader answers /health 200 with its worker gone)."""
@@ -90,14 +96,16 @@ class Peer(Record):
     port: int  # its launcher's probe port
 
 
-class ProgressSource(Record):
+@dataclass(frozen=True)
+class ProgressSource:
     """One API server whose engine's token counters the launcher reads, and canaries when they stand still."""
 
     name: str  # "engine", "rank 3": named in /livez and the termination message
     port: int  # its API port: GET /metrics, POST the canary
 
 
-class Canary(Record):
+@dataclass(frozen=True)
+class Canary:
     """The smallest request the engine's runner serves (a one-token completion, or one pooled input):
     its answer proves the engine core worked. The key it sends is the value of `api_key_env` in the
     engine's own environment, read by the launcher at run time: never in the plan, argv or output."""
@@ -109,7 +117,8 @@ class Canary(Record):
     path_fix: str  # told once when it serves no such path or model (404)
 
 
-class ProgressWatch(Record):
+@dataclass(frozen=True)
+class ProgressWatch:
     """Forward progress of the serving engine (healthchecks/forward.py). The engine's own token
     counters must advance; when they have not for `stall_seconds` and no request is running or
     waiting (`busy`), one canary must come back within `canary_seconds`, or the engine is stalled and
@@ -125,21 +134,24 @@ class ProgressWatch(Record):
     covers: tuple[str, ...] = ()  # the group's headless pods whose stall this watch sees
 
 
-class PhasePattern(Record):
+@dataclass(frozen=True)
+class PhasePattern:
     """An engine output line holding `text` means start-up reached `phase` (launcher/contract/phases.py)."""
 
     text: str
     phase: str
 
 
-class StartupOutput(Record):
+@dataclass(frozen=True)
+class StartupOutput:
     """How the engine's own output says which start-up phase it is in (healthchecks/progress.py)."""
 
     engine: str  # whose output it is: named by the dry-run
     phases: tuple[PhasePattern, ...]
 
 
-class Probes(Record):
+@dataclass(frozen=True)
+class Probes:
     """What the launcher's probe server answers from (healthchecks/)."""
 
     port: int  # the launcher's own /livez /readyz /startupz /metrics
@@ -153,7 +165,8 @@ class Probes(Record):
     startup_seconds: float = 0.0  # start-up not ended this long after launch ends the pod (0: never)
 
 
-class KvEventSource(Record):
+@dataclass(frozen=True)
+class KvEventSource:
     """One local rank's KV-event publisher, as the launcher's watcher subscribes to it."""
 
     rank: int  # global DP rank
@@ -166,7 +179,8 @@ class KvEventSource(Record):
     replay_ipc: str | None = None
 
 
-class KvEventsWatch(Record):
+@dataclass(frozen=True)
+class KvEventsWatch:
     sources: tuple[KvEventSource, ...]
     silence_seconds: float  # no batch this long while requests were served = silent
     readiness: bool = False  # the pod is not ready while its events are silent
@@ -177,7 +191,8 @@ class KvEventsWatch(Record):
     served_metrics: tuple[str, ...] = ()
 
 
-class ProcessSpec(Record):
+@dataclass(frozen=True)
+class ProcessSpec:
     name: str
     argv: tuple[str, ...]
     env: Mapping[str, str] = field(default_factory=dict)  # added to the pod's environment
@@ -186,13 +201,15 @@ class ProcessSpec(Record):
     health: HttpCheck | None = None
 
 
-class FileSpec(Record):
+@dataclass(frozen=True)
+class FileSpec:
     path: str
     content: str
     mode: int = 0o644
 
 
-class ShutdownBudget(Record):
+@dataclass(frozen=True)
+class ShutdownBudget:
     """How the pod's termination grace period is split between the engine's drain, the sidecars and
     the final SIGKILL. The plan uses it for the engine's --shutdown-timeout and the supervisor for its
     deadlines, so the two always agree. After SIGTERM reaches the launcher (t = 0):
@@ -237,7 +254,8 @@ class ShutdownBudget(Record):
         return max(0, int(self.engine_deadline - self.teardown - self.deregister))
 
 
-class DerivedEnv(Record):
+@dataclass(frozen=True)
+class DerivedEnv:
     """An engine env value the launcher sets, and where it came from (the dry-run shows both)."""
 
     process: str
@@ -245,7 +263,8 @@ class DerivedEnv(Record):
     source: str
 
 
-class ModuleNeed(Record):
+@dataclass(frozen=True)
+class ModuleNeed:
     """A Python module the engine will import because of the plan, and the package that provides it."""
 
     module: str
@@ -253,7 +272,8 @@ class ModuleNeed(Record):
     why: str  # the flag or connector that needs it
 
 
-class MemoryItem(Record):
+@dataclass(frozen=True)
+class MemoryItem:
     """Host memory the pod will allocate (pinned: registered for RDMA, so RLIMIT_MEMLOCK counts it)."""
 
     what: str
@@ -262,7 +282,8 @@ class MemoryItem(Record):
     pinned: bool = False
 
 
-class RdmaPort(Record):
+@dataclass(frozen=True)
+class RdmaPort:
     """One active RDMA port of the pod (launcher/supervise/host/rdma.py reads it from sysfs)."""
 
     device: str  # the HCA, e.g. mlx5_0
@@ -277,7 +298,8 @@ class RdmaPort(Record):
         return f"{self.device}:{self.port}"
 
 
-class RdmaNeed(Record):
+@dataclass(frozen=True)
+class RdmaNeed:
     """The plan names its RDMA devices from the ports the pod has (found by preflight, filled in by
     roles.needs.fill_rdma); a plan whose transfers cannot work without one says why."""
 
@@ -288,7 +310,8 @@ class RdmaNeed(Record):
     device_file_env: str | None = None  # names the JSON config whose empty device_name gets them
 
 
-class StoreMaster(Record):
+@dataclass(frozen=True)
+class StoreMaster:
     """The KV store's master (Mooncake's) a pod's store client registers with: checked before start,
     watched after (healthchecks/store_master.py)."""
 
@@ -302,7 +325,8 @@ class StoreMaster(Record):
     reregister: bool
 
 
-class HostNeeds(Record):
+@dataclass(frozen=True)
+class HostNeeds:
     """What the host the pod lands on must provide; derived from the plan, checked by preflight."""
 
     modules: tuple[ModuleNeed, ...] = ()
@@ -331,7 +355,8 @@ class HostNeeds(Record):
         return sum(m.size // m.processes for m in self.memory if m.pinned)
 
 
-class Plan(Record):
+@dataclass(frozen=True)
+class Plan:
     recipe: str
     role: Role
     pod: PodIdentity
@@ -366,7 +391,8 @@ class Plan(Record):
         return clashes
 
 
-class GroupCheck(Record):
+@dataclass(frozen=True)
+class GroupCheck:
     """One check of a whole LWS group (`plan --group`)."""
 
     name: str
@@ -374,7 +400,8 @@ class GroupCheck(Record):
     detail: str
 
 
-class GroupReport(Record):
+@dataclass(frozen=True)
+class GroupReport:
     plans: tuple[Plan, ...]
     checks: tuple[GroupCheck, ...]
 
