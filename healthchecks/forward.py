@@ -22,6 +22,12 @@ travels only in the request's Authorization header. No engine reply body reaches
 or the metrics: only its status (a body may echo anything); the log line of a refusal carries an
 excerpt, scrubbed like every log line. An idle engine costs one canary per `stall_seconds`. Watching
 begins when start-up has ended and stops with the first stall.
+
+Each API server is looked at once per check interval whatever it does: a /metrics read still in
+flight when its tick ends goes on in the background (no second one starts), and the tick is judged
+without it. An API server that leaves /metrics unanswered through the stall window is canaried then,
+not one read timeout later, unless its last answer said it was busy: the canary is still the judge.
+So a stall is told within stall_seconds + canary_seconds + one interval.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -105,6 +111,8 @@ class SourceState:
     progress_at: float | None = None  # when they last moved, or a canary came back
     canaried_at: float | None = None  # when the latest canary came back, answered or refused
     read: str = "not read yet"  # the latest /metrics outcome
+    busy: bool = False  # the latest answered /metrics said requests were running or waiting
+    unanswered_since: float | None = None  # when the read still in flight at a tick's end began
     canary: str = "none sent"  # the latest canary's outcome
     canaries: Counter[str] = field(default_factory=Counter)  # by outcome: ok, failed, refused
 
@@ -113,9 +121,14 @@ class SourceState:
         return {
             "port": self.source.port,
             "seconds_since_progress": since,
-            "metrics": self.read,
+            "metrics": self.metrics_outcome(now),
             "canary": self.canary,
         }
+
+    def metrics_outcome(self, now: float) -> str:
+        if self.unanswered_since is None:
+            return self.read
+        return f"GET /metrics unanswered for {now - self.unanswered_since:.1f} s (before: {self.read})"
 
 
 class ForwardWatcher(Watcher):
@@ -148,23 +161,55 @@ class ForwardWatcher(Watcher):
 
         connector = aiohttp.TCPConnector(force_close=True)
         async with aiohttp.ClientSession(connector=connector) as session:
-            while self.stalled is None:
-                if self.started():
-                    await asyncio.gather(*(self.check(session, state) for state in self.states))
-                if self.stalled is None:
-                    await asyncio.sleep(self.interval)
+            watches = [asyncio.ensure_future(self._watch(session, state)) for state in self.states]
+            try:
+                done, _ = await asyncio.wait(watches, return_when=asyncio.FIRST_COMPLETED)
+                for watch in done:
+                    watch.result()  # re-raises what ended it
+            finally:
+                await _cancel(watches)
+        assert self.stalled is not None
         self.log.error("engine stalled", reason=self.stalled)
         return Verdict(self.stalled, STALLED.number, EngineStop.STALLED)
 
-    async def check(self, session: ClientSession, state: SourceState) -> None:
-        tokens, busy = await self._read(session, state)
+    async def _watch(self, session: ClientSession, state: SourceState) -> None:
+        """One API server, one tick per interval until a stall. A tick waits for its /metrics read
+        until the tick ends, no longer: a read still in flight then goes on (a stopped API server
+        holds it until its timeout), the tick is judged without counters, and the next tick waits
+        for the same read. Only a canary holds the ticks: its answer is the judgement."""
+        loop = asyncio.get_running_loop()
+        reading: asyncio.Future[float | None] | None = None
+        began = 0.0
+        try:
+            while True:
+                tick_ends = loop.time() + self.interval
+                if self.started():
+                    if reading is None:
+                        reading, began = asyncio.ensure_future(self._read(session, state)), self.clock()
+                    await asyncio.wait({reading}, timeout=self.interval)
+                    tokens = None
+                    if reading.done():
+                        tokens, reading, state.unanswered_since = reading.result(), None, None
+                    else:
+                        state.unanswered_since = began
+                    await self.check(session, state, tokens)
+                if self.stalled is not None:
+                    return
+                await asyncio.sleep(max(0.0, tick_ends - loop.time()))
+        finally:
+            if reading is not None:
+                await _cancel([reading])
+
+    async def check(self, session: ClientSession, state: SourceState, tokens: float | None) -> None:
+        """One tick's judgement; tokens: the counters' sum read this tick (None: no answer, not yet
+        or not at all, or none exposed)."""
         now = self.clock()
         if state.progress_at is None or (tokens is not None and tokens != state.tokens):
             state.progress_at = now  # the first look starts the clock: start-up just ended
             state.tokens = tokens if tokens is not None else state.tokens
             return
         window_began = max(state.progress_at, state.canaried_at or state.progress_at)
-        if now - window_began < self.watch.stall_seconds or self.stalled is not None or busy:
+        if now - window_began < self.watch.stall_seconds or self.stalled is not None or state.busy:
             return
         answer = await self._canary(session, state.source.port)
         state.canary, state.canaried_at = answer.detail, self.clock()
@@ -180,7 +225,7 @@ class ForwardWatcher(Watcher):
             self.stalled = STALLED.says(
                 detail=f"{state.source.name} (:{state.source.port}) made no progress for "
                 f"{self.clock() - state.progress_at:.0f} s ({' and '.join(self.watch.counters)} still; "
-                f"/metrics: {state.read}) and its canary {answer.detail}"
+                f"/metrics: {state.metrics_outcome(now)}) and its canary {answer.detail}"
             )
             if answer.excerpt:
                 self.log.warning("canary failed", source=state.source.name, answer=answer.excerpt)
@@ -197,20 +242,20 @@ class ForwardWatcher(Watcher):
             answer=excerpt,
         )
 
-    async def _read(self, session: ClientSession, state: SourceState) -> tuple[float | None, bool]:
-        """The token counters' sum (None: not exposed or not read), and whether requests are running
-        or waiting."""
+    async def _read(self, session: ClientSession, state: SourceState) -> float | None:
+        """The token counters' sum (None: not exposed or not read); notes in the state whether
+        requests are running or waiting (a read that failed says no)."""
         (tokens, requests), failed = await read_sums(
             session, "127.0.0.1", state.source.port, (self.watch.counters, self.watch.busy), self.timeout
         )
-        busy = requests is not None and requests > 0
+        state.busy = requests is not None and requests > 0
         if failed is not None:
             state.read = failed
         else:
             state.read = "no token counters" if tokens is None else f"{tokens:.0f} tokens"
-            if busy:
+            if state.busy:
                 state.read += f", {requests:g} requests running or waiting"
-        return tokens, busy
+        return tokens
 
     async def _canary(self, session: ClientSession, port: int) -> CanaryAnswer:
         import aiohttp
@@ -262,3 +307,10 @@ class ForwardWatcher(Watcher):
             for outcome in OUTCOMES:
                 canaries.add_metric([state.source.name, outcome], state.canaries[outcome])
         yield from (progress, stalled, canaries)
+
+
+async def _cancel(tasks: Iterable[asyncio.Future[Any]]) -> None:
+    """Cancel the tasks and wait until they have ended (whatever they raised)."""
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
