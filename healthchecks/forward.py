@@ -25,9 +25,10 @@ begins when start-up has ended and stops with the first stall.
 
 Each API server is looked at once per check interval whatever it does: a /metrics read still in
 flight when its tick ends goes on in the background (no second one starts), and the tick is judged
-without it. An API server that leaves /metrics unanswered through the stall window is canaried then,
-not one read timeout later, unless its last answer said it was busy: the canary is still the judge.
-So a stall is told within stall_seconds + canary_seconds + one interval.
+without it. The window's end is a tick of its own: an API server still (or its /metrics unanswered)
+through the window is canaried then, not at the next tick nor one read timeout later, unless its
+last answer said it was busy; the canary is still the judge. So a stall is told within
+stall_seconds + canary_seconds (+ one interval when the window ends while a fresh read is out).
 """
 
 from __future__ import annotations
@@ -161,7 +162,7 @@ class ForwardWatcher(Watcher):
 
         connector = aiohttp.TCPConnector(force_close=True)
         async with aiohttp.ClientSession(connector=connector) as session:
-            watches = [asyncio.ensure_future(self._watch(session, state)) for state in self.states]
+            watches = [asyncio.ensure_future(self._watch_source(session, state)) for state in self.states]
             try:
                 done, _ = await asyncio.wait(watches, return_when=asyncio.FIRST_COMPLETED)
                 for watch in done:
@@ -172,11 +173,12 @@ class ForwardWatcher(Watcher):
         self.log.error("engine stalled", reason=self.stalled)
         return Verdict(self.stalled, STALLED.number, EngineStop.STALLED)
 
-    async def _watch(self, session: ClientSession, state: SourceState) -> None:
-        """One API server, one tick per interval until a stall. A tick waits for its /metrics read
-        until the tick ends, no longer: a read still in flight then goes on (a stopped API server
-        holds it until its timeout), the tick is judged without counters, and the next tick waits
-        for the same read. Only a canary holds the ticks: its answer is the judgement."""
+    async def _watch_source(self, session: ClientSession, state: SourceState) -> None:
+        """One API server, one tick per interval until a stall; the stall window's end is a tick of
+        its own. A tick waits for its /metrics read until the tick or the window ends, no longer: a
+        read still in flight then goes on (a stopped API server holds it until its timeout), the
+        tick is judged without counters, and the next tick waits for the same read. Only a canary
+        holds the ticks: its answer is the judgement."""
         loop = asyncio.get_running_loop()
         reading: asyncio.Future[float | None] | None = None
         began = 0.0
@@ -186,19 +188,33 @@ class ForwardWatcher(Watcher):
                 if self.started():
                     if reading is None:
                         reading, began = asyncio.ensure_future(self._read(session, state)), self.clock()
-                    await asyncio.wait({reading}, timeout=self.interval)
+                    await asyncio.wait({reading}, timeout=self._until_due(state, self.interval))
                     tokens = None
                     if reading.done():
                         tokens, reading, state.unanswered_since = reading.result(), None, None
                     else:
                         state.unanswered_since = began
                     await self.check(session, state, tokens)
-                if self.stalled is not None:
-                    return
-                await asyncio.sleep(max(0.0, tick_ends - loop.time()))
+                    if self.stalled is not None:
+                        return
+                await asyncio.sleep(self._until_due(state, tick_ends - loop.time()))
         finally:
             if reading is not None:
                 await _cancel([reading])
+
+    def _until_due(self, state: SourceState, rest: float) -> float:
+        """`rest` seconds, or fewer when the API server's stall window ends sooner: the canary is due
+        when the window ends, not at the first tick after it."""
+        rest = max(0.0, rest)
+        if state.progress_at is None:
+            return rest
+        left = self._window_began(state) + self.watch.stall_seconds - self.clock()
+        return min(rest, left) if left > 0 else rest
+
+    @staticmethod
+    def _window_began(state: SourceState) -> float:
+        assert state.progress_at is not None
+        return max(state.progress_at, state.canaried_at or state.progress_at)
 
     async def check(self, session: ClientSession, state: SourceState, tokens: float | None) -> None:
         """One tick's judgement; tokens: the counters' sum read this tick (None: no answer, not yet
@@ -208,8 +224,11 @@ class ForwardWatcher(Watcher):
             state.progress_at = now  # the first look starts the clock: start-up just ended
             state.tokens = tokens if tokens is not None else state.tokens
             return
-        window_began = max(state.progress_at, state.canaried_at or state.progress_at)
-        if now - window_began < self.watch.stall_seconds or self.stalled is not None or state.busy:
+        if (
+            now - self._window_began(state) < self.watch.stall_seconds
+            or self.stalled is not None
+            or state.busy
+        ):
             return
         answer = await self._canary(session, state.source.port)
         state.canary, state.canaried_at = answer.detail, self.clock()

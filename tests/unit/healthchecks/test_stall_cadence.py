@@ -2,7 +2,8 @@
 stand-in engine on loopback whose /metrics and completions can hang, as a SIGSTOPped server's do: a
 read in flight does not hold the ticks, so the stall is told within stall + canary + one interval
 and not one read timeout later; the canary still judges (an answered canary is progress, however
-long /metrics stays unanswered); an API server busy at its last answer is not canaried while its
+long /metrics stays unanswered); the canary goes when the window ends, not at the first tick
+after it; an API server busy at its last answer is not canaried while its
 read is merely in flight; one read per API server is in flight at a time."""
 
 from __future__ import annotations
@@ -71,22 +72,27 @@ async def _serve(engine: StandIn, port: int) -> web.AppRunner:
     return runner
 
 
-def _watcher(port: int, read_timeout: float = READ_TIMEOUT) -> ForwardWatcher:
+def _watcher(port: int, read_timeout: float, interval: float) -> ForwardWatcher:
     watch = ProgressWatch(
         (ProgressSource("rank 0", port),), COUNTERS, completion_canary(), STALL, CANARY, busy=BUSY
     )
-    return ForwardWatcher(watch, lambda: True, INTERVAL, read_timeout, QuietLog())
+    return ForwardWatcher(watch, lambda: True, interval, read_timeout, QuietLog())
 
 
 async def _scenario(
-    engine: StandIn, served: float, stop: dict[str, bool], watched: float, read_timeout: float = READ_TIMEOUT
+    engine: StandIn,
+    served: float,
+    stop: dict[str, bool],
+    watched: float,
+    read_timeout: float = READ_TIMEOUT,
+    interval: float = INTERVAL,
 ) -> tuple[ForwardWatcher, float | None, float]:
     """Serve normally for `served` seconds, then set `stop`'s flags on the stand-in and watch until a
     verdict or `watched` more seconds: (the watcher, seconds from the stop to its verdict, when it
     stopped on the loop's clock)."""
     port = free_port()
     runner = await _serve(engine, port)
-    watcher = _watcher(port, read_timeout)
+    watcher = _watcher(port, read_timeout, interval)
     loop = asyncio.get_running_loop()
     task = asyncio.create_task(watcher.run())
     try:
@@ -148,3 +154,16 @@ def test_an_api_server_busy_at_its_last_answer_is_not_canaried_while_its_read_is
     assert "/metrics: GET /metrics: no answer within 1 s" in watcher.stalled
     assert took is not None and took >= 1.0 - INTERVAL  # the read's timeout, then the canary
     assert engine.canaries_at[0] - stopped >= 1.0 - INTERVAL
+
+
+def test_the_canary_goes_when_the_window_ends_not_at_the_next_tick() -> None:
+    # Ticks 2 s apart, a 0.3 s window: a canary held for the next tick would come 1.7 s late.
+    engine = StandIn(moving=False)
+
+    async def run() -> tuple[ForwardWatcher, float | None, float]:
+        return await _scenario(engine, 0.1, {"hang_completions": True}, 3.0, interval=2.0)
+
+    watcher, took, stopped = asyncio.run(run())
+    assert len(engine.canaries_at) == 1 and watcher.stalled is not None
+    assert engine.canaries_at[0] - stopped < STALL + SLACK  # the first look was 0.1 s before the stop
+    assert took is not None and took < STALL + CANARY + SLACK
