@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import signal
 import statistics
@@ -114,8 +115,9 @@ def idle_cost(workdir: Path, seconds: float, stall: float) -> tuple[int, float]:
 
 
 def pct(values: list[float], q: float) -> float:
+    """The nearest-rank percentile: the smallest value that q of the values do not exceed."""
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)]
 
 
 def main() -> None:
@@ -145,6 +147,7 @@ def main() -> None:
                 f"  {name}: median {statistics.median(values):.2f} s, p95 {pct(values, 0.95):.2f} s, "
                 f"max {max(values):.2f} s (bound stall+canary+interval = {bound:g} s)"
             )
+            print(f"    sorted: {' '.join(f'{v:.2f}' for v in sorted(values))}")
         print(f"  vLLM's own backstop: VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS = {BACKSTOP:g} s")
         work = Path(tmp) / "idle"
         work.mkdir()
