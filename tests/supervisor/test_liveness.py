@@ -46,7 +46,8 @@ def test_a_stopped_engine_is_stalled_and_ends_the_pod_with_exit_5(make_pod: Make
 
 
 def test_an_engine_stopped_briefly_is_no_false_alarm(make_pod: MakePod) -> None:
-    pod = make_pod({**FAST, "LLMD_STALL_SECONDS": "3"}, render=False).start()
+    # The canary's deadline outlasts each stop: a window that ends during a stop canaries at once.
+    pod = make_pod({**FAST, "LLMD_STALL_SECONDS": "3", "LLMD_CANARY_SECONDS": "2"}, render=False).start()
     pod.wait_probe("startupz", 200)
     engine = pod.children()["engine"]
     for _ in range(3):  # stopped 1 s at a time: the canary (if any) answers once it runs again
