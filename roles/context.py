@@ -23,7 +23,7 @@ from launcher.contract.plan import (
 )
 from roles.args import Arg, args_from, flag_key, flatten, merge_extra, split_extra_args
 from roles.derive import PodFacts
-from roles.flags import FlagCatalog, check_flags, check_secret_abbreviations
+from roles.flags import FlagCatalog, check_flags, check_secret_abbreviations, known_secret_flags
 from roles.probes import build_probes
 
 EXTRA_ARGS = "LLMD_EXTRA_ARGS"
@@ -93,11 +93,11 @@ class BuildContext:
             for flag in args
             if flag_key(flag) in owned
         ]
-        if not problems and catalog:
+        if not problems:
             place = f"{source.label}: pools.{self.pool_name}.{where}"
             problems = [
                 Problem(p.setting, f"{place}: {p.message}", p.fix)
-                for p in self._check(args_from(args), source.setting)
+                for p in self._check(args_from(args), source.setting, catalog)
             ]
         if problems:
             raise ConfigError(problems)
@@ -108,17 +108,18 @@ class BuildContext:
         """The main process's argv: prefix, generated args, then LLMD_EXTRA_ARGS merged explicitly."""
         extra = split_extra_args(self.extra_args, EXTRA_ARGS)
         merged, notes = merge_extra(args, extra, owned, EXTRA_ARGS)
-        if catalog:
-            problems = self._check(extra, EXTRA_ARGS)
-            if problems:
-                raise ConfigError(problems)
+        problems = self._check(extra, EXTRA_ARGS, catalog)
+        if problems:
+            raise ConfigError(problems)
         return (*prefix, *flatten(merged)), notes
 
-    def _check(self, args: list[Arg], setting: str) -> list[Problem]:
-        """A secret under an abbreviated name first, never allowed; then the catalogue."""
-        if self.catalog is None:
-            return []
-        secrets = check_secret_abbreviations(self.catalog, args, setting)
+    def _check(self, args: list[Arg], setting: str, catalog: str | None) -> list[Problem]:
+        """A secret under an abbreviated name first, never allowed; then the engine's catalogue. Args of
+        a process without one (a sidecar, a Mooncake binary: catalog None) are checked against every
+        engine's secret flags, so no printed argv shows one under an abbreviation."""
+        if catalog is None or self.catalog is None:
+            return check_secret_abbreviations(known_secret_flags(), args, setting)
+        secrets = check_secret_abbreviations(self.catalog.flags, args, setting)
         return secrets or check_flags(self.catalog, args, setting, self.allow_flags)
 
     def plan(

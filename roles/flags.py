@@ -89,15 +89,23 @@ def check_flags(
     return [p for a in args if (p := _check_one(catalog, a, setting, allowed)) is not None]
 
 
-def check_secret_abbreviations(catalog: FlagCatalog, args: list[Arg], setting: str) -> list[Problem]:
+@cache
+def known_secret_flags() -> frozenset[str]:
+    """Every secret flag of every built-in catalogue: what a pool without a catalogue of its own (the
+    Mooncake binaries) is checked against, so its printed argv never shows one under an abbreviation."""
+    return frozenset(f for c in built_in_catalogs() for f in c.flags if is_secret_flag(f))
+
+
+def check_secret_abbreviations(known: Collection[str], args: list[Arg], setting: str) -> list[Problem]:
     """Checked first and never allowed (LLMD_ALLOW_FLAGS): argparse expands `--hf-t` to --hf-token,
-    so a secret would reach the command line under a name no word list recognises. Never echoes the value."""
+    so a secret would reach the command line under a name no word list recognises. known: the engine's
+    flags (its catalogue), or known_secret_flags(). Never echoes the value."""
     problems = []
     for item in args:
         head = item.tokens[0]
         name = "--" + flag_name(head)
-        if head.startswith("--") and not is_secret_flag(head) and name not in catalog.flags:
-            secret = sorted(f for f in catalog.flags if f.startswith(name) and is_secret_flag(f))
+        if head.startswith("--") and not is_secret_flag(head) and name not in known:
+            secret = sorted(f for f in known if f.startswith(name) and is_secret_flag(f))
             if secret:
                 flag = head.split("=", 1)[0]
                 problems.append(

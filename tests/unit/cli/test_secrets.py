@@ -56,6 +56,16 @@ def test_abbreviated_secret_flags_are_refused(run_cli: Run, extra: str, allow: s
     assert code == 2 and out == "" and SECRET not in err
 
 
+@pytest.mark.parametrize("pool", ["mooncake-master", "mooncake-donor"])
+def test_abbreviated_secret_flags_of_a_pool_without_a_catalogue_are_refused(run_cli: Run, pool: str) -> None:
+    """The Mooncake binaries have no flag catalogue: their argv is still never printed with a secret
+    under an abbreviation of any engine's secret flag (found by the fuzz step: `--hf-t <secret>`)."""
+    env = {"LLMD_POOL": pool, "LLMD_EXTRA_ARGS": f"--hf-t {SECRET}"}
+    code, out, err = run_cli("plan", env=env)
+    assert code == 2 and out == "" and SECRET not in err
+    assert "--hf-t abbreviates --hf-token, a secret" in err
+
+
 # Allowing an abbreviation lets no secret through.
 ALLOWING = {"LLMD_ALLOW_FLAGS": "--hf-tok,--api-ke,--middleware"}
 
