@@ -1,6 +1,6 @@
-"""What P/D pods need to hand KV to each other, derived by the launcher (UCX's devices, the NIXL side
-channel per global DP rank) or refused before anything starts (pools that disagree on what makes a
-block the same block). The real transfer: tests/group/test_pd_group.py."""
+"""What P/D pods need to hand KV to each other, derived by the launcher (UCX's device on a pod without
+RDMA, the NIXL side channel per global DP rank) or refused before anything starts (pools that disagree
+on what makes a block the same block). The real transfer: tests/group/test_pd_group.py."""
 
 from __future__ import annotations
 
@@ -13,8 +13,7 @@ from launcher.config.recipe import Recipe
 from launcher.config.recipe_file import RecipeSource, load_recipe
 from launcher.config.settings import Settings
 from launcher.contract.errors import ConfigError
-from launcher.contract.plan import UCX_DEVICES_PLACEHOLDER
-from launcher.supervise.host.network import rdma_ports
+from launcher.contract.plan import RdmaPort
 from roles import FoundInPod, build_plan
 from tests.unit.roles.test_golden_kimi import DECODE_LEADER, PREFILL_LEADER
 
@@ -32,14 +31,12 @@ def _prefill() -> Settings:
     return Settings(leader_address=PREFILL_LEADER, group_size=2, worker_index=0, pod_ip="10.64.1.10")
 
 
-def test_ucx_gets_the_pods_rdma_ports_and_the_socket_interface_only_without_them() -> None:
-    assert build_plan(_prefill(), KIMI).engine.env["UCX_NET_DEVICES"] == UCX_DEVICES_PLACEHOLDER
-    with_rdma = build_plan(
-        _prefill(), KIMI, found=FoundInPod(interface="eth0", rdma_ports=("mlx5_0:1", "mlx5_3:1"))
-    )
-    assert with_rdma.engine.env["UCX_NET_DEVICES"] == "mlx5_0:1,mlx5_3:1"
+def test_ucx_gets_the_socket_interface_only_where_the_pod_has_no_rdma_port() -> None:
     without = build_plan(_prefill(), KIMI, found=FoundInPod(interface="eth0"))
     assert without.engine.env["UCX_NET_DEVICES"] == "eth0"
+    port = RdmaPort("mlx5_0", 1, "InfiniBand", "ib0", None)
+    with_rdma = build_plan(_prefill(), KIMI, found=FoundInPod(interface="eth0", rdma=(port,)))
+    assert with_rdma.engine.env["UCX_NET_DEVICES"] == "mlx5_0:1"
     for plan in (with_rdma, without):  # the transports stay UCX's choice: RDMA is never held to TCP
         assert not any(name == "UCX_TLS" for p in plan.processes for name in p.env)
 
@@ -48,19 +45,13 @@ def test_only_a_nixl_connector_gets_ucx_devices_and_the_recipes_own_value_wins()
     single = load_recipe(RecipeSource("vllm-single-pod", None))
     plan = build_plan(Settings(pod_ip="10.0.0.5"), single, found=FoundInPod(interface="eth0"))
     assert "UCX_NET_DEVICES" not in plan.engine.env
-    pinned = build_plan(_decode(1, extra_env={"UCX_NET_DEVICES": "mlx5_7:1"}), KIMI,
-                        found=FoundInPod(interface="eth0", rdma_ports=("mlx5_0:1",)))  # fmt: skip
-    assert pinned.engine.env["UCX_NET_DEVICES"] == "mlx5_7:1"
-
-
-def test_rdma_ports_are_the_active_ports_of_the_pods_hcas(tmp_path: Path) -> None:
-    ports = (("mlx5_0", 1, "4: ACTIVE"), ("mlx5_1", 1, "1: DOWN"), ("mlx5_2", 1, "4: ACTIVE"))
-    for device, port, state in (*ports, ("mlx5_2", 2, "4: ACTIVE")):
-        path = tmp_path / device / "ports" / str(port)
-        path.mkdir(parents=True)
-        (path / "state").write_text(state + "\n")
-    assert rdma_ports(tmp_path) == ("mlx5_0:1", "mlx5_2:1", "mlx5_2:2")
-    assert rdma_ports(tmp_path / "absent") == ()
+    pinned = build_plan(
+        _decode(1, extra_env={"UCX_NET_DEVICES": "eth1"}), KIMI, found=FoundInPod(interface="eth0")
+    )
+    assert pinned.engine.env["UCX_NET_DEVICES"] == "eth1"
+    decode = build_plan(_decode(1), KIMI, found=FoundInPod(interface="eth0"))
+    assert decode.engine.env["UCX_NET_DEVICES"] == "eth0"
+    assert "UCX_NET_DEVICES" not in decode.processes[1].env  # the sidecar runs no UCX
 
 
 @pytest.mark.parametrize("index", range(4))
