@@ -30,6 +30,9 @@ from roles.memory import plan_memory
 _LOAD_FORMAT_MODULES = {"fastsafetensors": ("fastsafetensors", "fastsafetensors")}
 # Interface variables gloo and NCCL read.
 _IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
+# NIXL moves KV over UCX (nixl 1.5.1 bundles UCX 1.23), which reads its devices from UCX_NET_DEVICES.
+_UCX_MODULE = "nixl"
+_UCX_DEVICES_VAR = "UCX_NET_DEVICES"
 # What names the RDMA ports an engine's collectives and NIXL use: NCCL's IB transport and UCX.
 _ENGINE_RDMA_VARS = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "UCX_NET_DEVICES", "UCX_IB_GID_INDEX")
 
@@ -104,12 +107,18 @@ def _network_env(
 
 
 def fill_interface(plan: Plan, ifname: str) -> Plan:
-    """The plan as spawned: the interface preflight found replaces its placeholder."""
-    processes = tuple(
-        replace(p, env={k: v.replace(IFNAME_PLACEHOLDER, ifname) for k, v in p.env.items()})
-        for p in plan.processes
-    )
-    return replace(plan, processes=processes)
+    """The plan as spawned: the interface preflight found replaces its placeholder. An engine whose KV
+    connector runs over UCX (NIXL) and was given no RDMA port (fill_rdma, before) gets that interface
+    as UCX's device, like gloo and NCCL: UCX's own pick would include lo and any other NIC; its
+    transports stay UCX's choice (a set value, the recipe's or the RDMA ports', wins)."""
+    ucx = any(m.module == _UCX_MODULE for m in plan.needs.modules)
+    processes = []
+    for p in plan.processes:
+        env = {k: v.replace(IFNAME_PLACEHOLDER, ifname) for k, v in p.env.items()}
+        if ucx and p.name == plan.engine.name:
+            env.setdefault(_UCX_DEVICES_VAR, ifname)
+        processes.append(replace(p, env=env))
+    return replace(plan, processes=tuple(processes))
 
 
 def _rdma_need(transfers: RdmaNeed | None, *, network: bool) -> RdmaNeed | None:

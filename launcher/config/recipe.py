@@ -442,8 +442,48 @@ class Recipe(_Data):
                 raise ValueError(f"pools.{name}.router: {mismatch}")
         return self
 
+    @model_validator(mode="after")
+    def _kv_transfer_peers(self) -> "Recipe":
+        """Pools that hand KV to each other must agree on what makes a block the same block; each
+        difference below fails the first request in a cluster, or worse, turns into silent misses."""
+        if mismatch := kv_peer_mismatch(self):
+            raise ValueError(mismatch)
+        return self
+
     def model_for(self, pool: EnginePool) -> ModelSpec:
         return pool.model or self.model
+
+
+def kv_peers(recipe: Recipe) -> dict[str, VllmPool]:
+    """The pools that exchange KV: a NIXL side channel or the shared Mooncake store."""
+    return {
+        name: pool
+        for name, pool in recipe.pools.items()
+        if isinstance(pool, VllmPool) and (pool.nixl is not None or pool.mooncake_store is not None)
+    }
+
+
+def kv_peer_mismatch(recipe: Recipe) -> str | None:
+    """The first fact two KV-exchanging pools disagree on, or None:
+    - PYTHONHASHSEED (pools sharing the store): the store's keys are block hashes seeded by it
+      (vLLM 0.32.0 vllm/v1/core/kv_cache_utils.py init_none_hash), so another seed never hits;
+    - the block size (args.block-size): the store's keys and the KV-event hashes are per block;
+    - the model path (pools with NIXL): NIXL's compatibility hash includes the model string, so the
+      handshake fails (vLLM 0.32.0 vllm/distributed/kv_transfer/kv_connector/v1/nixl/metadata.py)."""
+    peers = kv_peers(recipe)
+    store = {n: p for n, p in peers.items() if p.mooncake_store is not None}
+    nixl = {n: p for n, p in peers.items() if p.nixl is not None}
+    block = VllmPool.block_size_flag
+    facts: list[tuple[str, dict[str, object]]] = [
+        ("PYTHONHASHSEED", {n: {**recipe.env, **p.env}.get("PYTHONHASHSEED") for n, p in store.items()}),
+        (f"args.{block}", {n: p.args.get(block) for n, p in peers.items()}),
+        ("model.path", {n: recipe.model_for(p).path for n, p in nixl.items()}),
+    ]
+    for what, values in facts:
+        if len(set(map(repr, values.values()))) > 1:
+            shown = ", ".join(f"pools.{n}: {'unset' if v is None else repr(v)}" for n, v in values.items())
+            return f"the pools that exchange KV disagree on {what} ({shown}): give them one value"
+    return None
 
 
 def router_mismatch(pool: EnginePool, env: Mapping[str, str]) -> str | None:

@@ -4,7 +4,9 @@ Each pod gets what a pod of a real LWS group gets, so `llm-d-launcher run` takes
 - its own network namespace with its own IP on a shared bridge and a default route through it (vLLM
   asks the routing table for its outbound address); the bridge lives in the runner's own network
   namespace, which has no uplink, so nothing leaves the machine;
-- its own UTS namespace (hostname = pod name) and mount namespace with a private /dev/shm;
+- its own UTS namespace (hostname = pod name) and mount namespace with a private /dev/shm and its own
+  sysfs: /sys/class/net lists the pod's interfaces, not the host's, as a container's fresh sysfs does
+  (UCX, under NIXL, takes its network devices from there; with the host's it sees only lo);
 - the DNS names LWS gives, resolved by the normal resolver: a private /etc/hosts bind-mounted in the
   runner's mount namespace holds `<lws>-<group>.<lws>.<namespace>` (LWS_LEADER_ADDRESS) and
   `<lws>-<group>-<i>.<lws>.<namespace>` for worker i (kubernetes-sigs/lws `pkg/utils/pod/pod_utils.go`);

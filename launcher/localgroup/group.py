@@ -162,7 +162,8 @@ class LocalGroup:
     def _pod_namespaces(self, pod: LocalPod) -> RunningPod:
         holder = subprocess.Popen(
             ["unshare", "--net", "--uts", "--mount", "--propagation", "private", "sh", "-c",
-             'mount -t tmpfs -o mode=1777 shm /dev/shm && hostname "$1" && echo ready && exec sleep infinity',
+             'mount -t tmpfs -o mode=1777 shm /dev/shm && mount -t sysfs sysfs /sys && hostname "$1" '
+             "&& echo ready && exec sleep infinity",
              "pod-namespaces", pod.name],
             stdout=subprocess.PIPE,
             stdin=subprocess.DEVNULL,

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from launcher.config.recipe import VllmPool
+from launcher.contract.errors import ConfigError
 from launcher.contract.phases import CAPTURING_GRAPHS, INITIALIZING, LOADING_WEIGHTS, STARTING_SERVER
 from launcher.contract.plan import (
     Canary,
@@ -76,6 +77,12 @@ _OWNED = {
 }
 
 
+# What every pool that exchanges KV must agree on (launcher/config/recipe.py kv_peer_mismatch): one pod's
+# LLMD_EXTRA_ARGS / LLMD_EXTRA_ENV would change it where its peers cannot see.
+_KV_PEER_FIX = "set it in the recipe, where every pool that exchanges KV is checked to use the same"
+_KV_PEER_OWNED = owned_flags(_KV_PEER_FIX, "block-size")
+_KV_PEER_ENV = "PYTHONHASHSEED"
+
 _RENDER_OWNED = owned_flags(
     "set the pool's render.port / model in the recipe", "port", "served-model-name", "model"
 )
@@ -113,7 +120,13 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
             "kv-events-config",
             to_json(vllm_kv_events_config(pool.kv_events, ctx.pool_name, start_rank, topic, _ipc_dir(ctx))),
         )
-    argv, notes = ctx.command([*SERVE, model.path], args, _OWNED, VLLM.catalog)
+    peer = pool.nixl is not None or pool.mooncake_store is not None
+    if peer and _KV_PEER_ENV in ctx.extra_env:
+        raise ConfigError.one(
+            "LLMD_EXTRA_ENV", f"sets {_KV_PEER_ENV} of a pool that exchanges KV", _KV_PEER_FIX
+        )
+    owned = {**_OWNED, **_KV_PEER_OWNED} if peer else _OWNED
+    argv, notes = ctx.command([*SERVE, model.path], args, owned, VLLM.catalog)
 
     generated_env: dict[str, str] = {}
     files: list[FileSpec] = []

@@ -278,3 +278,57 @@ def tpu_recipe(path: Path, model: Path) -> Path:
         f"      PYTHONPATH: {VENVS / 'sglang-full' / 'standins'}\n"
     )
     return path
+
+
+SIDECAR = "    disagg_sidecar: {port: 8000, kv_connector: nixlv2, args: {secure-proxy: false}}\n"
+
+
+def pd_recipe(path: Path, model: Path, decode_seed: str = "42") -> Path:
+    """The guide's P/D shape scaled to one prefill and one decode engine of the tiny model: the Kimi
+    recipe's connectors and roles (prefill MultiConnector kv_both = NIXL kv_producer + MooncakeStore
+    kv_both; decode MultiConnector kv_consumer = NIXL kv_consumer + MooncakeStore kv_consumer), its NIXL
+    side channel (5600 + global DP rank), the same PYTHONHASHSEED on both, and a Mooncake master as a
+    Service. No UCX or NIXL env: the launcher derives it. What a CPU recipe states that Kimi's does not:
+    the store's `protocol: tcp` (no RDMA here) and `local_buffer_size` (vLLM's 4 GiB default is more than
+    this machine spares two engines); Kimi's decode layout is data-parallel behind the DP supervisor,
+    which needs >= 2 ranks per pod: here one engine, the sidecar in front of it all the same."""
+    store = (
+        '{master_server_address: "mooncake-master:8700",'
+        ' metadata_server: "http://mooncake-master:8080/metadata",'
+        ' protocol: tcp, device_name: "", global_segment_size: 256MB, local_buffer_size: 128MB}'
+    )
+
+    def pool(port: int, role: str, nixl: str, store_role: str, seed: str, extra: str) -> str:
+        return (
+            "    kind: vllm\n"
+            "    nodes: 1\n"
+            "    gpus_per_node: 1\n"
+            "    tensor_parallel: 1\n"
+            f"    port: {port}\n"
+            "    args:\n"
+            "      {max-model-len: 512, dtype: float32, enforce-eager: true, enable-prefix-caching: true,\n"
+            "       block-size: 32, kv-transfer-config: {kv_connector: MultiConnector, "
+            f"kv_role: {role},\n"
+            "         kv_connector_extra_config: {connectors: [\n"
+            f"           {{kv_connector: NixlConnector, kv_role: {nixl}}},\n"
+            f"           {{kv_connector: MooncakeStoreConnector, kv_role: {store_role}}}]}}}}}}\n"
+            f'    env: {{VLLM_CPU_KVCACHE_SPACE: "1", PYTHONHASHSEED: "{seed}"}}\n'
+            "    kv_events: {port: 5557}\n"
+            "    nixl: {side_channel_port: 5600}\n"
+            f"    mooncake_store: {{config: {store}}}\n" + extra
+        )
+
+    path.write_text(
+        "name: tiny-pd\n"
+        f"model: {{path: {model}, served_name: tiny}}\n"
+        "default_pool: decode\n"
+        "pools:\n"
+        "  prefill:\n" + pool(8000, "kv_both", "kv_producer", "kv_both", "42", "") +
+        "  decode:\n" + pool(8200, "kv_consumer", "kv_consumer", "kv_consumer", decode_seed, SIDECAR) +
+        "  mooncake-master:\n"
+        "    kind: mooncake-master\n"
+        "    port: 8700\n"
+        "    http_metadata_port: 8080\n"
+        "    metrics_port: 9003\n"
+    )  # fmt: skip
+    return path

@@ -60,10 +60,12 @@ def test_extra_args_replace_recipe_flags_and_are_appended_last(plan_json: Any) -
 
 
 def test_extra_env_reaches_every_process_and_overrides(plan_json: Any) -> None:
-    plan = plan_json("--env", "PYTHONHASHSEED=0", "--env", "VLLM_LOGGING_LEVEL=DEBUG")
+    # (PYTHONHASHSEED, which this test overrode before, is one a pool that exchanges KV must share
+    # with its peers: tests/unit/roles/test_kv_transfer.py; HF_HUB_OFFLINE is the recipe's too.)
+    plan = plan_json("--env", "HF_HUB_OFFLINE=0", "--env", "VLLM_LOGGING_LEVEL=DEBUG")
     for process in plan["processes"]:
         assert process["env"]["VLLM_LOGGING_LEVEL"] == "DEBUG"
-    assert engine(plan)["env"]["PYTHONHASHSEED"] == "0"
+    assert engine(plan)["env"]["HF_HUB_OFFLINE"] == "0"
 
 
 def test_ipv6_pod_and_leader_addresses_are_bracketed(plan_json: Any) -> None:

