@@ -13,7 +13,6 @@ import re
 from collections.abc import Mapping
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -283,6 +282,9 @@ class EnginePool(_Data):
     @classmethod
     def _a_specifier(cls, value: str | None) -> str | None:
         if value is not None:
+            # Imported here: only a recipe that states engine_versions pays for it (plan's start-up).
+            from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
             try:
                 SpecifierSet(value)
             except InvalidSpecifier as exc:
