@@ -334,8 +334,9 @@ def test_groups_match_the_recipe(file: str, pool: str, run_cli: Any) -> None:
     assert doc["spec"]["startupPolicy"] == "LeaderCreated"
     assert doc["spec"]["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"
     container = pod_spec(doc)["containers"][0]
-    env = pod_env(pod_spec(doc), container) | {"LWS_GROUP_SIZE": str(recipe_pool.nodes), "LWS_WORKER_INDEX": "0",
-                                      "LWS_LEADER_ADDRESS": "10.64.0.1"}  # fmt: skip
+    env = pod_env(pod_spec(doc), container) | {
+        "LWS_GROUP_SIZE": str(recipe_pool.nodes), "LWS_WORKER_INDEX": "0", "LWS_LEADER_ADDRESS": "10.64.0.1"
+    }  # fmt: skip
     code, out, err = run_cli("plan", "--format", "json", env=env)
     assert code == 0, err
     plan = json.loads(out)
