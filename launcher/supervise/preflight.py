@@ -284,8 +284,9 @@ def check_shm_dir(plan: Plan, directory: str) -> list[Problem]:
     return []
 
 
-# This pod's group-member markers in the shm directory: their locks say it lives, so they stay open.
-HELD_SHM_MARKERS: list[int] = []
+# This pod's group-member marker in the shm directory, by (directory, group, worker index): its lock
+# says the pod lives, so it stays open; a parked pod's next preflight replaces it.
+HELD_SHM_MARKERS: dict[tuple[str, str, int], int] = {}
 
 
 def check_shm_private(plan: Plan, directory: str, pod_ip: str | None) -> list[Problem]:
@@ -297,15 +298,18 @@ def check_shm_private(plan: Plan, directory: str, pod_ip: str | None) -> list[Pr
         return []
     from launcher.supervise.host.shared_shm import claim_membership
 
-    role = plan.role
+    key = (directory, plan.role.leader_address or plan.role.pool, plan.role.worker_index)
     try:
-        fd, others = claim_membership(directory, role.leader_address or role.pool, role.worker_index, pod_ip)
+        fd, others = claim_membership(*key, pod_ip)
     except OSError as exc:
         fix = "give the container a writable /dev/shm (an emptyDir with medium: Memory)"
         return [
             Problem("LLMD_SHM_DIR", f"cannot write this pod's group marker in {directory!r} ({exc})", fix)
         ]
-    HELD_SHM_MARKERS.append(fd)
+    previous = HELD_SHM_MARKERS.pop(key, None)
+    if previous is not None:  # the marker it locked was replaced by the new one
+        os.close(previous)
+    HELD_SHM_MARKERS[key] = fd
     if not others:
         return []
     members = ", ".join(f"worker {m.worker_index} ({m.pod_ip})" for m in others)

@@ -62,10 +62,10 @@ def _watcher(port: int, *, reregister: bool) -> StoreMasterWatcher:
         fix="start it",
         reregister=reregister,
     )
-    return StoreMasterWatcher(master, "pod-a-1", interval=0.05, timeout=0.5, log=QuietLog())
+    return StoreMasterWatcher(master, "pod-a-1", interval=0.05, timeout=2, log=QuietLog())
 
 
-async def _until(condition: Callable[[], bool], timeout: float = 5) -> None:
+async def _until(condition: Callable[[], bool], timeout: float = 20) -> None:
     async def poll() -> None:
         while not condition():
             await asyncio.sleep(0.02)

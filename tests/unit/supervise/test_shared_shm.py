@@ -37,11 +37,11 @@ def release_markers() -> Iterator[None]:
     """Each check keeps its marker's lock (the pod lives); a test's pods end with it."""
     yield
     while preflight.HELD_SHM_MARKERS:
-        os.close(preflight.HELD_SHM_MARKERS.pop())
+        os.close(preflight.HELD_SHM_MARKERS.popitem()[1])
 
 
-def _pod_ends() -> None:
-    os.close(preflight.HELD_SHM_MARKERS.pop())
+def _pod_ends(directory: Path, index: int) -> None:
+    os.close(preflight.HELD_SHM_MARKERS.pop((str(directory), LEADER, index)))
 
 
 def test_a_group_member_on_another_network_sharing_the_directory_is_refused(tmp_path: Path) -> None:
@@ -63,7 +63,7 @@ def test_members_sharing_the_network_too_or_of_another_group_are_not(tmp_path: P
 
 def test_a_marker_left_by_a_launcher_that_ended_is_stale_and_removed(tmp_path: Path) -> None:
     assert check_shm_private(_plan(0), str(tmp_path), "10.0.0.1") == []
-    _pod_ends()  # its lock is released with it (the file stays, as after a SIGKILL)
+    _pod_ends(tmp_path, 0)  # its lock is released with it (the file stays, as after a SIGKILL)
     assert len(list(tmp_path.glob(MARKER_PREFIX + "*"))) == 1
     assert check_shm_private(_plan(1), str(tmp_path), "10.0.0.2") == []
     assert [p.name.rsplit("-", 1)[1] for p in tmp_path.glob(MARKER_PREFIX + "*")] == ["1"]
@@ -84,7 +84,7 @@ def test_a_live_marker_of_another_process_is_seen(tmp_path: Path) -> None:
         assert "worker 0 (10.0.0.1)" in problem.message
     finally:
         holder.communicate("", timeout=10)
-    _pod_ends()
+    _pod_ends(tmp_path, 1)
     assert check_shm_private(_plan(2), str(tmp_path), "10.0.0.3") == []  # the holder ended
 
 
@@ -93,3 +93,14 @@ def test_an_engine_without_the_trap_leaves_no_marker(tmp_path: Path) -> None:
     assert vllm.needs.private_shm is None
     assert check_shm_private(vllm, str(tmp_path), "10.0.0.2") == []
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_parked_pod_checking_again_holds_one_marker(tmp_path: Path) -> None:
+    """Preflight runs again while a pod is parked: its marker is replaced, its old lock let go."""
+    open_before = len(os.listdir("/proc/self/fd"))
+    for _ in range(3):
+        assert check_shm_private(_plan(0), str(tmp_path), "10.0.0.1") == []
+    assert len(os.listdir("/proc/self/fd")) == open_before + 1  # one lock held, none leaked
+    assert len(list(tmp_path.iterdir())) == 1
+    (problem,) = check_shm_private(_plan(1), str(tmp_path), "10.0.0.2")  # still seen live
+    assert "worker 0 (10.0.0.1)" in problem.message
