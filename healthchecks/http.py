@@ -51,7 +51,11 @@ async def http_reply(
 
     try:
         async with session.request(
-            method, url, data=data, timeout=aiohttp.ClientTimeout(total=timeout), allow_redirects=follow_redirects
+            method,
+            url,
+            data=data,
+            timeout=aiohttp.ClientTimeout(total=timeout),
+            allow_redirects=follow_redirects,
         ) as reply:
             # UTF-8, bytes that are not as U+FFFD: no body can raise past here (Prometheus text is UTF-8).
             body = (await reply.read()).decode("utf-8", errors="replace") if read else ""
