@@ -36,14 +36,26 @@ class Reply:
 
 
 async def http_reply(
-    session: ClientSession, url: str, timeout: float, *, read: bool = False, follow_redirects: bool = True
+    session: ClientSession,
+    url: str,
+    timeout: float,
+    *,
+    read: bool = False,
+    follow_redirects: bool = True,
+    method: str = "GET",
+    data: bytes | None = None,
 ) -> Reply:
-    """http_get's whole answer; without `follow_redirects` a 3xx is the answer, not its target's."""
+    """http_get's whole answer; without `follow_redirects` a 3xx is the answer, not its target's.
+    Another `method` (with `data`): the store-master watcher PUTs its marker."""
     import aiohttp
 
     try:
-        async with session.get(
-            url, timeout=aiohttp.ClientTimeout(total=timeout), allow_redirects=follow_redirects
+        async with session.request(
+            method,
+            url,
+            data=data,
+            timeout=aiohttp.ClientTimeout(total=timeout),
+            allow_redirects=follow_redirects,
         ) as reply:
             # UTF-8, bytes that are not as U+FFFD: no body can raise past here (Prometheus text is UTF-8).
             body = (await reply.read()).decode("utf-8", errors="replace") if read else ""

@@ -150,6 +150,15 @@ STARTUP_HELD = MetricSpec(
     "gauge",
     "seconds the start-up deadline was on hold (this pod or a peer parked); not counted against it",
 )
+STORE_MASTER_UP = MetricSpec(
+    "store_master_up", "gauge", "1 while the KV store master's metadata server answers", ("master",)
+)
+STORE_MASTER_RESTARTS = MetricSpec(
+    "store_master_restarts",
+    "counter",
+    "restarts of the KV store master seen (its metadata server lost this pod's marker key)",
+    ("master",),
+)
 LOG_LINES_DROPPED = MetricSpec(
     "log_lines_dropped",
     "counter",
@@ -216,6 +225,8 @@ METRICS = (
     PEER_PARKED,
     PARKED,
     STARTUP_HELD,
+    STORE_MASTER_UP,
+    STORE_MASTER_RESTARTS,
     LOG_LINES_DROPPED,
     PROBE_DURATION,
     *LAUNCHER_PROCESS,

@@ -6,6 +6,8 @@ Adding a watcher is one module (a Watcher subclass, healthchecks/watcher.py) and
 from __future__ import annotations
 
 import os
+import socket
+import uuid
 
 from healthchecks.checks import CheckRunner
 from healthchecks.state import PodHealth
@@ -56,4 +58,12 @@ def build_watchers(
         from healthchecks.peers import PeerWatcher
 
         watchers.append(PeerWatcher(probes, settings.check_interval, settings.check_timeout, log))
+    master = plan.needs.store_master
+    if master is not None and master.metadata_server is not None:
+        from healthchecks.store_master import StoreMasterWatcher
+
+        marker = f"{socket.gethostname()}-{uuid.uuid4().hex[:12]}"  # this container's life
+        watchers.append(
+            StoreMasterWatcher(master, marker, settings.check_interval, settings.check_timeout, log)
+        )
     return tuple(watchers)

@@ -406,6 +406,7 @@ async def _prepare(
         log=log,
         sysfs_root=settings.sysfs_root,
         store_master_wait_seconds=settings.store_master_wait_seconds,
+        pod_ip=settings.pod_ip,
     )
     if host.ifname or host.rdma:
         found = replace(found, interface=host.ifname, rdma=host.rdma)

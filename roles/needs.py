@@ -53,8 +53,19 @@ def with_host_needs(
     where = f"pools.{pool_name}"
     master = family.store_master(pool, where)
     rdma = _rdma_need(family.rdma(pool, where), network=family.host_ip_var is not None)
+    private_shm = family.shm_across_pods if plan.role.group_size > 1 else None
+    if private_shm:
+        note = (
+            "/dev/shm must not be shared across this group's pods unless they share the network too "
+            "(hostIPC or a hostPath /dev/shm without hostNetwork): preflight refuses it, `plan --group` "
+            "cannot see the pod spec"
+        )
+        plan = replace(plan, notes=(*plan.notes, note))
     if catalog is None or family.host_ip_var is None:
-        needs = HostNeeds(memory=memory, advisory=advisory, shm_segments=shm, rdma=rdma, store_master=master)
+        needs = HostNeeds(
+            memory=memory, advisory=advisory, shm_segments=shm, rdma=rdma, store_master=master,
+            private_shm=private_shm,
+        )  # fmt: skip
         return replace(plan, needs=needs)
     engine = plan.engine
     flags = _flag_values(engine.argv)
@@ -78,6 +89,7 @@ def with_host_needs(
         derived_env=derived,
         rdma=rdma,
         store_master=master,
+        private_shm=private_shm,
         advisory=advisory,
     )
     processes = (replace(engine, env=env), *plan.processes[1:])

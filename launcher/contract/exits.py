@@ -112,6 +112,15 @@ NOT_RUNNABLE = ExitCode(
     fresh_group_fixes="no: the image must change (a rollout); preflight finds a missing binary first "
     "and parks",
 )
+STORE_MASTER_RESTARTED = ExitCode(
+    "7",
+    "store-master-restarted",
+    "a KV store donor's master restarted and lost the donor's registration (its metadata server "
+    "came back empty): the donor exits so its restarted container registers again",
+    "{master} {rpc} restarted and lost this pod's registration; exiting to register again",
+    in_group="not in a group: a donor is a DaemonSet pod; its container restarts",
+    fresh_group_fixes="yes: the restarted donor registers its segment again",
+)
 
 EXIT_CODES = (
     OK,
@@ -123,6 +132,7 @@ EXIT_CODES = (
     GROUP_BROKEN,
     STALLED,
     STARTUP_DEADLINE,
+    STORE_MASTER_RESTARTED,
     NOT_RUNNABLE,
 )
 

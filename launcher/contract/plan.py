@@ -343,6 +343,9 @@ class HostNeeds:
     derived_env: tuple[DerivedEnv, ...] = ()
     rdma: RdmaNeed | None = None  # the plan names RDMA devices (None: it uses none)
     store_master: StoreMaster | None = None  # the KV store's master, reachable before start
+    # Why /dev/shm must not be shared with another pod of the group that has its own network (None:
+    # nothing to check). Preflight checks it with a marker per pod; the manifest is not visible here.
+    private_shm: str | None = None
     advisory: tuple[str, ...] = ()  # checks the recipe marks advisory: a warning, not a refusal
 
     @property

@@ -284,6 +284,46 @@ def check_shm_dir(plan: Plan, directory: str) -> list[Problem]:
     return []
 
 
+# This pod's group-member marker in the shm directory, by (directory, group, worker index): its lock
+# says the pod lives, so it stays open; a parked pod's next preflight replaces it.
+HELD_SHM_MARKERS: dict[tuple[str, str, int], int] = {}
+
+
+def check_shm_private(plan: Plan, directory: str, pod_ip: str | None) -> list[Problem]:
+    """plan.needs.private_shm: no other live pod of the group may have marked the same shm directory
+    from another POD_IP (launcher/supervise/host/shared_shm.py), or /dev/shm is shared across network
+    namespaces and the engine hangs in its distributed init."""
+    why = plan.needs.private_shm
+    if why is None or not directory or not pod_ip or not Path(directory).is_dir():
+        return []
+    from launcher.supervise.host.shared_shm import claim_membership
+
+    key = (directory, plan.role.leader_address or plan.role.pool, plan.role.worker_index)
+    try:
+        fd, others = claim_membership(*key, pod_ip)
+    except OSError as exc:
+        fix = "give the container a writable /dev/shm (an emptyDir with medium: Memory)"
+        return [
+            Problem("LLMD_SHM_DIR", f"cannot write this pod's group marker in {directory!r} ({exc})", fix)
+        ]
+    previous = HELD_SHM_MARKERS.pop(key, None)
+    if previous is not None:  # the marker it locked was replaced by the new one
+        os.close(previous)
+    HELD_SHM_MARKERS[key] = fd
+    if not others:
+        return []
+    members = ", ".join(f"worker {m.worker_index} ({m.pod_ip})" for m in others)
+    return [
+        Problem(
+            "/dev/shm",
+            f"{directory} is shared with {members} of this LWS group, whose network is not this pod's "
+            f"({pod_ip}): {why}",
+            "give each pod its own /dev/shm (an emptyDir with medium: Memory; no hostIPC, no hostPath "
+            "/dev/shm), or share the network too (hostNetwork: true)",
+        )
+    ]
+
+
 def _nested(one: str, other: str) -> bool:
     """Is either directory the other or above it, compared as files (device + inode)?"""
     first, second = _lineage(one), _lineage(other)
@@ -391,6 +431,7 @@ async def run_preflight(
     log: Log,
     sysfs_root: str = "/sys",
     store_master_wait_seconds: float = 0.0,
+    pod_ip: str | None = None,
 ) -> HostReport:
     """All local checks; every problem found is reported at once. Returns what the host checks found
     (the interface that holds POD_IP, the RDMA ports, the installed engine) for run to fill in. The
@@ -404,6 +445,7 @@ async def run_preflight(
     problems += await _bounded("runtime directory", check_runtime_dir, plan, runtime_dir)
     problems += await _bounded("ports", check_ports_free, plan)
     problems += await _bounded("shm directory", check_shm_dir, plan, shm_dir)
+    problems += await _bounded("shm shared across pods", check_shm_private, plan, shm_dir, pod_ip)
     host = await _bounded("host", check_host, plan, bin_path, sysfs_root)
     for warning in host.warnings:
         log.warning("preflight warning", problem=str(warning))

@@ -61,6 +61,8 @@ class EngineFamily(Generic[P]):
     startup_phases: tuple[PhasePattern, ...] = ()  # output lines that announce a start-up phase
     ready_timeout_env: str | None = None  # its own start-up timeout, raised to the launcher's deadline
     shm_segments: tuple[str, ...] = ()  # regexes of the /dev/shm files it leaves behind when it crashes
+    # Why pods of one group must not share /dev/shm unless they share the network (None: no such trap).
+    shm_across_pods: str | None = None
 
     @property
     def startup_output(self) -> StartupOutput | None:

@@ -143,6 +143,10 @@ SGLANG = EngineFamily(
     catalog_version="0.5.23",
     package="sglang",
     host_ip_var="SGLANG_HOST_IP",  # SGLang 0.5.23 srt/utils/network.py reads it, then HOST_IP
+    # SGLang 0.5.23 srt/distributed/parallel_state.py in_the_same_node_as: a rank that can open rank
+    # 0's /dev/shm segment is "on the same node" and reads the TP broadcast queue on 127.0.0.1.
+    shm_across_pods="SGLang decides that TP ranks share a node by opening rank 0's /dev/shm segment, so "
+    "pods sharing /dev/shm without sharing the network hang forever in TP init",
     # On the leader's /metrics, present only with --enable-metrics (SGLang 0.5.23
     # srt/observability/metrics_collector.py).
     token_counters=("sglang:generation_tokens_total", "sglang:prompt_tokens_total"),

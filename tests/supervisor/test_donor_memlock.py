@@ -20,6 +20,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 DONOR = ROOT / "deploy" / "components" / "mooncake-donors" / "mooncake-donor.yaml"
+DONOR_RECIPE = DONOR.parent / "recipe.yaml"  # its configMapGenerator's file (kustomization.yaml)
 IMAGE = ROOT / "images" / "mooncake.Dockerfile"
 # What containerd and CRI-O give a container before securityContext.capabilities (containerd
 # pkg/oci/spec.go defaultUnixCaps, the OCI runtime-spec default).
@@ -76,6 +77,7 @@ def as_the_runtime_starts(security: dict[str, Any]) -> list[str]:
 
 def memlock_problems(container: dict[str, Any]) -> list[str]:
     env = {item["name"]: item["value"] for item in container["env"] if "value" in item}
+    env["LLMD_RECIPE_FILE"] = str(DONOR_RECIPE)  # the manifest's mounted ConfigMap, made from this file
     env |= {"POD_IP": "10.64.0.10", "PATH": os.environ["PATH"], "PYTHONPATH": str(ROOT), "HOME": "/"}
     prlimit = ["prlimit", f"--memlock={MEMLOCK}:{MEMLOCK}"]
     done = subprocess.run(

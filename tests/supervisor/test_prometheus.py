@@ -28,6 +28,9 @@ ONLY_IN_SOME_STATES = {
     "llmd_launcher_peer_up": "only in a pod with group members to watch (LWS size > 1)",
     "llmd_launcher_peer_lost": "only in a pod with group members to watch (LWS size > 1)",
     "llmd_launcher_weight_load_progress_ratio": "only while an engine prints its shard-loading progress",
+    "llmd_launcher_store_master_restarts_total": "only in a pod whose KV store client registers with a "
+    "master over an HTTP metadata server (Mooncake)",
+    "llmd_launcher_parked": "a sample only while the pod is parked (a labelled family, empty otherwise)",
 }
 # Grafana's variables, as the dashboard's defaults ("All") expand them.
 GRAFANA = {'"$namespace"': '".*"', '"$pod"': '".*"', "$__rate_interval": "1m"}

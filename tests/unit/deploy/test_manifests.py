@@ -186,6 +186,42 @@ def container_env(container: dict[str, Any]) -> dict[str, str]:
     return env
 
 
+HASHED = re.compile(r"^(?P<name>.+)-[a-z0-9]{10}$")  # a generated ConfigMap's name once rendered
+
+
+def recipe_generators() -> dict[str, Path]:
+    """ConfigMap name -> the repository file each recipe configMapGenerator of deploy/ makes it from
+    (the dashboard's is JSON)."""
+    generators = {}
+    for path in ROOT.glob("deploy/**/kustomization.yaml"):
+        for generator in yaml.safe_load(path.read_text()).get("configMapGenerator", []):
+            (file,) = generator["files"]
+            if file.endswith(".yaml"):
+                generators[generator["name"]] = path.parent / file
+    return generators
+
+
+def mounted_recipe(spec: dict[str, Any], container: dict[str, Any]) -> Path | None:
+    """The repository file behind the recipe the pod reads at LLMD_RECIPE_FILE: the ConfigMap volume
+    mounted at its directory, made by a configMapGenerator of deploy/. None: a built-in recipe."""
+    path = container_env(container).get("LLMD_RECIPE_FILE")
+    if path is None:
+        return None
+    (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == os.path.dirname(path)]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    name = volume["configMap"]["name"]
+    generated = HASHED.match(name)
+    source = recipe_generators()[generated["name"] if generated else name]
+    assert source.name == os.path.basename(path), (source, path)
+    return source
+
+
+def pod_env(spec: dict[str, Any], container: dict[str, Any]) -> dict[str, str]:
+    """container_env, with the mounted recipe mapped back to its file in the repository."""
+    recipe = mounted_recipe(spec, container)
+    return container_env(container) | ({"LLMD_RECIPE_FILE": str(recipe)} if recipe else {})
+
+
 def test_there_is_a_manifest_for_every_pool_of_the_guide() -> None:
     kinds = {
         (doc["kind"], container_env(pod_spec(doc)["containers"][0])["LLMD_POOL"]) for _, doc in WORKLOADS
@@ -230,7 +266,7 @@ def test_the_validators_catch_mistakes() -> None:
 @pytest.mark.parametrize(("name", "doc"), WORKLOADS, ids=[name for name, _ in WORKLOADS])
 def test_every_pod_plans_without_error(name: str, doc: dict[str, Any], run_cli: Any) -> None:
     container = pod_spec(doc)["containers"][0]
-    env = container_env(container)
+    env = pod_env(pod_spec(doc), container)
     if doc["kind"] == "LeaderWorkerSet":
         size = doc["spec"]["leaderWorkerTemplate"]["size"]
         namespace = doc["metadata"].get("namespace", NAMESPACE)  # tpu.yaml: `kubectl apply -n NS -f`
@@ -298,8 +334,9 @@ def test_groups_match_the_recipe(file: str, pool: str, run_cli: Any) -> None:
     assert doc["spec"]["startupPolicy"] == "LeaderCreated"
     assert doc["spec"]["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"
     container = pod_spec(doc)["containers"][0]
-    env = container_env(container) | {"LWS_GROUP_SIZE": str(recipe_pool.nodes), "LWS_WORKER_INDEX": "0",
-                                      "LWS_LEADER_ADDRESS": "10.64.0.1"}  # fmt: skip
+    env = pod_env(pod_spec(doc), container) | {
+        "LWS_GROUP_SIZE": str(recipe_pool.nodes), "LWS_WORKER_INDEX": "0", "LWS_LEADER_ADDRESS": "10.64.0.1"
+    }  # fmt: skip
     code, out, err = run_cli("plan", "--format", "json", env=env)
     assert code == 0, err
     plan = json.loads(out)
@@ -321,7 +358,7 @@ def test_only_pods_that_serve_carry_the_serving_label(name: str, doc: dict[str, 
     """The router's InferencePool selects llm-d.ai/inference-serving: a headless worker selected would
     get requests it cannot answer. Each pod's plan says whether it has an API port."""
     templates = pod_templates(doc)
-    env = container_env(pod_spec(doc)["containers"][0]) | {
+    env = pod_env(pod_spec(doc), pod_spec(doc)["containers"][0]) | {
         "LWS_LEADER_ADDRESS": "10.64.0.1", "LWS_GROUP_SIZE": str(len(templates)), "LWS_WORKER_INDEX": "0"
     }  # fmt: skip
     code, out, err = run_cli("plan", "--group", "--format", "json", env=env)
@@ -484,3 +521,57 @@ def test_the_mnnvl_component_gives_every_gpu_pod_host_ipc_pid_and_the_env() -> N
             env = container_env(spec["containers"][0])
             assert env["NCCL_MNNVL_ENABLE"] == "1" and env["NVSHMEM_CUMEM_HANDLE_TYPE"] == "FABRIC"
             assert env["UCX_TLS"].startswith("cuda_ipc")
+
+
+@pytest.mark.parametrize(("name", "doc"), WORKLOADS, ids=[name for name, _ in WORKLOADS])
+def test_every_pod_reads_the_recipe_from_a_generated_config_map(name: str, doc: dict[str, Any]) -> None:
+    """LLMD_RECIPE_FILE is a mounted ConfigMap of the same rendering whose name carries the content
+    hash, holding its configMapGenerator's file (tpu.yaml, applied with -f, keeps the built-in)."""
+    source = name.split("#")[0]
+    config_maps = {
+        d["metadata"]["name"]: d for n, d in DOCS if n.startswith(source + "#") and d["kind"] == "ConfigMap"
+    }
+    for template in pod_templates(doc):
+        spec = template["spec"]
+        (container,) = spec["containers"]
+        recipe = mounted_recipe(spec, container)
+        if source in {str(p.relative_to(ROOT)) for p in PLAIN}:
+            assert recipe is None and container_env(container)["LLMD_RECIPE"] == "kimi-k3.1-pro"
+            continue
+        assert recipe is not None
+        (volume,) = [v for v in spec["volumes"] if "configMap" in v]
+        mounted = volume["configMap"]["name"]
+        assert HASHED.match(mounted), f"{mounted}: no hash suffix, a recipe change would not roll the pods"
+        assert config_maps[mounted]["data"] == {recipe.name: recipe.read_text()}
+
+
+def test_the_mounted_recipes_are_the_built_in_one(run_cli: Any) -> None:
+    """deploy/ ships the built-in recipe as the ConfigMap's file; regenerate each with
+    `llm-d-launcher recipes show kimi-k3.1-pro > FILE`."""
+    code, built_in, err = run_cli("recipes", "show", "kimi-k3.1-pro")
+    assert code == 0, err
+    files = recipe_generators().values()
+    assert len(files) == 2  # the base's, and the donors' component's own copy
+    for path in files:
+        assert path.read_text() == built_in, f"{path.relative_to(ROOT)} differs from the built-in recipe"
+
+
+def test_a_recipe_change_rolls_every_group(tmp_path: Path) -> None:
+    """The generated name follows the content, and every workload's pod template names it: a change
+    to recipe.yaml is a new template, so LWS recreates the groups with the new recipe."""
+    copy_root = tmp_path / "deploy"
+    shutil.copytree(ROOT / "deploy", copy_root)
+
+    def mounted_names(directory: Path) -> set[str]:
+        names = set()
+        for doc in (d for d in yaml.safe_load_all(kustomize(directory)) if d and d["kind"] in POD_KINDS):
+            for template in pod_templates(doc):
+                names |= {v["configMap"]["name"] for v in template["spec"]["volumes"] if "configMap" in v}
+        return names
+
+    base = copy_root / "kimi-k3.1-pro"
+    before = mounted_names(base)
+    with open(base / "recipe.yaml", "a", encoding="utf-8") as recipe:
+        recipe.write("# changed\n")
+    after = mounted_names(base)
+    assert len(before) == len(after) == 1 and before != after

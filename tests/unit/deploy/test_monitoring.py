@@ -112,6 +112,12 @@ CASES = {
     "LlmdLauncherBlockSizeMismatch": Case(
         {_s("llmd_launcher_kv_event_block_size_mismatch", rank="0"): "0 1 1"}, "2m", "0m", {"rank": "0"}
     ),
+    "LlmdLauncherStoreMasterRestarted": Case(
+        {_s("llmd_launcher_store_master_restarts_total", master="mooncake-master:8700"): "0 0 0 1 1"},
+        "4m",
+        "2m",
+        {"master": "mooncake-master:8700"},
+    ),
     # The deadline is at Unix time 1000 (test time starts at 0): 940 s left at 1m, 520 s at 8m. A
     # second pod past start-up with the same deadline never fires.
     "LlmdLauncherStartupDeadlineNear": Case(

@@ -13,6 +13,7 @@ from healthchecks.kvevents.watcher import KvEventWatcher
 from healthchecks.metrics import METRICS, build_registry
 from healthchecks.peers import PeerWatcher
 from healthchecks.state import BuildInfo, PodHealth
+from healthchecks.store_master import StoreMasterWatcher
 from launcher.contract.plan import (
     Check,
     KvEventSource,
@@ -21,6 +22,7 @@ from launcher.contract.plan import (
     Probes,
     ProgressSource,
     ProgressWatch,
+    StoreMaster,
 )
 from tests.unit.healthchecks.loopback import completion_canary
 
@@ -28,7 +30,7 @@ from tests.unit.healthchecks.loopback import completion_canary
 @pytest.fixture
 def health(monkeypatch: pytest.MonkeyPatch) -> PodHealth:
     """A pod with every optional family present: KV events, forward progress, peers, weight loading,
-    build info, a start-up deadline."""
+    build info, a start-up deadline, a store master."""
     probes = Probes(
         port=9100, ready=(Check("engine", "engine"),), started=Check("engine", "engine"), startup_seconds=60.0
     )
@@ -37,10 +39,12 @@ def health(monkeypatch: pytest.MonkeyPatch) -> PodHealth:
     log = structlog.get_logger()
     watch = ProgressWatch((ProgressSource("engine", 8000),), ("tokens",), completion_canary("m"), 60.0, 10.0)
     with_peers = Probes(9100, ready=(), started=Check("e", "e"), peers=(Peer("leader", "10.0.0.1", 9100),))
+    master = StoreMaster("mooncake master", "m:8700", "http://m:8080/metadata", "s", "fix", reregister=True)
     health.watchers = (
         KvEventWatcher(KvEventsWatch((KvEventSource(0, 5557, None, 8000),), 60.0), log),
         ForwardWatcher(watch, lambda: True, 1.0, 1.0, log),
         PeerWatcher(with_peers, 1.0, 1.0, log),
+        StoreMasterWatcher(master, "marker", 1.0, 1.0, log),
     )
     monkeypatch.setattr(type(health.progress), "weight_ratio", property(lambda _: 0.5))
     return health

@@ -75,7 +75,9 @@ def test_the_factory_builds_every_watcher_the_plan_asks_for() -> None:
     plan = build_plan(_prefill_leader(), KIMI)
     assert plan.probes is not None
     watchers = build_watchers(plan, PodHealth(plan.probes), _prefill_leader(), QuietLog(), parks=False)
-    assert [w.name for w in watchers] == ["checks", "kv-events", "startup-deadline", "forward", "peers"]
+    assert [w.name for w in watchers] == [
+        "checks", "kv-events", "startup-deadline", "forward", "peers", "store_master"
+    ]  # fmt: skip
 
 
 @pytest.mark.parametrize("parks", [True, False], ids=["lws-group-parks", "exits"])
@@ -98,9 +100,8 @@ def test_the_factory_builds_only_the_check_runner_when_every_watch_is_off() -> N
     settings = _prefill_leader(stall_seconds=0, peer_lost_seconds=0, startup_seconds=0)
     plan = build_plan(settings, KIMI)
     assert plan.probes is not None and plan.kv_events is not None
-    watchers = build_watchers(
-        replace(plan, kv_events=None), PodHealth(plan.probes), settings, QuietLog(), parks=False
-    )
+    plan = replace(plan, kv_events=None, needs=replace(plan.needs, store_master=None))
+    watchers = build_watchers(plan, PodHealth(plan.probes), settings, QuietLog(), parks=False)
     assert [w.name for w in watchers] == ["checks"]
 
 
