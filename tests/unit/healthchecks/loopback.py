@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from aiohttp import web
+
 from launcher.contract.plan import Canary
 from roles.probes import completion_body
 
@@ -18,3 +20,14 @@ class QuietLog:
 def completion_canary(model: str = "tiny", api_key_env: str | None = "VLLM_API_KEY") -> Canary:
     """A canary as a vLLM pool's plan carries it (roles/engines/vllm.py)."""
     return Canary("/v1/completions", completion_body(model), api_key_env, "KEY FIX", "PATH FIX")
+
+
+async def serve_engine(engine: Any, port: int) -> web.AppRunner:
+    """A stand-in engine's /metrics (GET) and /v1/completions (POST) on 127.0.0.1:port, in this loop."""
+    app = web.Application()
+    app.router.add_get("/metrics", engine.metrics)
+    app.router.add_post("/v1/completions", engine.completions)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    return runner

@@ -16,7 +16,7 @@ from healthchecks.state import PodHealth
 from launcher.contract.plan import Check, Probes, ProgressSource, ProgressWatch
 from launcher.contract.stop import RUNNING
 from tests.ports import free_port
-from tests.unit.healthchecks.loopback import QuietLog, completion_canary
+from tests.unit.healthchecks.loopback import QuietLog, completion_canary, serve_engine
 
 COUNTERS = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total")
 
@@ -48,16 +48,6 @@ class FakeEngine:
         return web.json_response({"choices": [{"text": "!"}]}, status=self.status)
 
 
-async def _serve(engine: FakeEngine, port: int) -> web.AppRunner:
-    app = web.Application()
-    app.router.add_get("/metrics", engine.metrics)
-    app.router.add_post("/v1/completions", engine.completions)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner
-
-
 def _watch(port: int, stall: float = 0.3, canary: float = 0.3) -> ProgressWatch:
     return ProgressWatch((ProgressSource("rank 3", port),), COUNTERS, completion_canary(), stall, canary)
 
@@ -67,7 +57,7 @@ def _run(engine: FakeEngine, seconds: float, port: int | None = None, **kw: floa
 
     async def scenario() -> tuple[list[str], float]:
         real = free_port()
-        runner = await _serve(engine, real)
+        runner = await serve_engine(engine, real)
         verdicts: list[str] = []
         watcher = ForwardWatcher(_watch(port or real, **kw), lambda: True, 0.05, 0.5, QuietLog())
         began = asyncio.get_running_loop().time()

@@ -16,7 +16,7 @@ from aiohttp import web
 from healthchecks.forward import ForwardWatcher
 from launcher.contract.plan import ProgressSource, ProgressWatch
 from tests.ports import free_port
-from tests.unit.healthchecks.loopback import QuietLog, completion_canary
+from tests.unit.healthchecks.loopback import QuietLog, completion_canary, serve_engine
 
 COUNTERS = ("vllm:generation_tokens_total",)
 BUSY = ("vllm:num_requests_running",)
@@ -62,16 +62,6 @@ class StandIn:
         return web.json_response({"choices": [{"text": "!"}]}, status=self.canary_status)
 
 
-async def _serve(engine: StandIn, port: int) -> web.AppRunner:
-    app = web.Application()
-    app.router.add_get("/metrics", engine.metrics)
-    app.router.add_post("/v1/completions", engine.completions)
-    runner = web.AppRunner(app)
-    await runner.setup()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
-    return runner
-
-
 def _watcher(port: int, read_timeout: float, interval: float) -> ForwardWatcher:
     watch = ProgressWatch(
         (ProgressSource("rank 0", port),), COUNTERS, completion_canary(), STALL, CANARY, busy=BUSY
@@ -91,7 +81,7 @@ async def _scenario(
     verdict or `watched` more seconds: (the watcher, seconds from the stop to its verdict, when it
     stopped on the loop's clock)."""
     port = free_port()
-    runner = await _serve(engine, port)
+    runner = await serve_engine(engine, port)
     watcher = _watcher(port, read_timeout, interval)
     loop = asyncio.get_running_loop()
     task = asyncio.create_task(watcher.run())
