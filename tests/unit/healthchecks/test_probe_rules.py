@@ -11,6 +11,7 @@ import pytest
 
 from healthchecks.progress import StartupProgress
 from healthchecks.state import CheckResult, PodHealth
+from launcher.contract.lifecycle import Lifecycle
 from launcher.contract.phases import DISTRIBUTED_INIT, INITIALIZING, LOADING_WEIGHTS, STARTING_SERVER
 from launcher.contract.plan import Check, HttpCheck, Probes, ProcessSpec
 from launcher.contract.stop import RUNNING, Failed, StopRequested, StopState
@@ -285,20 +286,15 @@ def test_no_parser_for_services() -> None:
 
 # ------------------------------------------------------------------ PodHealth answers
 @dataclass
-class FakeSpec:
-    name: str
-    critical: bool = True
-
-
-@dataclass
 class FakeProcess:
     """Our own supervisor's ProcessState fields that PodHealth reads (a unit-test double)."""
 
-    spec: FakeSpec
+    spec: ProcessSpec
     pid: int | None = None
     running: bool = False
     last_exit: int | None = None
     restarts: int = 0
+    lifecycle: Lifecycle = Lifecycle.STARTING
 
     @property
     def name(self) -> str:
@@ -329,7 +325,12 @@ class Clock:
 def pod() -> tuple[PodHealth, FakeSupervisor, Clock]:
     clock = Clock()
     health = PodHealth(PROBES, clock=clock)
-    supervisor = FakeSupervisor([FakeProcess(FakeSpec("engine")), FakeProcess(FakeSpec("render", False))])
+    supervisor = FakeSupervisor(
+        [
+            FakeProcess(ProcessSpec("engine", ("vllm",))),
+            FakeProcess(ProcessSpec("render", ("render",), critical=False)),
+        ]
+    )
     return health, supervisor, clock
 
 
@@ -346,7 +347,7 @@ def test_preflight_is_live_not_started_not_ready() -> None:
 
 def test_ready_needs_every_check_of_the_current_process() -> None:
     health, supervisor, clock = pod()
-    health.attach(supervisor)  # type: ignore[arg-type]
+    health.attach(supervisor)
     engine, render = supervisor.processes
     engine.pid, engine.running, render.pid, render.running = 10, True, 11, True
     health.on_line("engine", VLLM_LINES[2])
@@ -368,7 +369,7 @@ def test_ready_needs_every_check_of_the_current_process() -> None:
 
 def test_dead_engine_fails_liveness_before_the_supervisor_reacts() -> None:
     health, supervisor, _ = pod()
-    health.attach(supervisor)  # type: ignore[arg-type]
+    health.attach(supervisor)
     engine = supervisor.processes[0]
     engine.pid, engine.running, engine.last_exit = 10, False, -9  # reaped; the event not handled yet
     assert health.liveness() == (False, {"live": False, "reason": "engine exited (-9)"})
@@ -380,7 +381,7 @@ def test_dead_engine_fails_liveness_before_the_supervisor_reacts() -> None:
 
 def test_stopping_is_never_ready() -> None:
     health, supervisor, clock = pod()
-    health.attach(supervisor)  # type: ignore[arg-type]
+    health.attach(supervisor)
     for i, p in enumerate(supervisor.processes):
         p.pid, p.running = 10 + i, True
     health.record(ENGINE, CheckResult(True, "200", clock.now, 0.0, pid=10))
@@ -396,8 +397,8 @@ def test_stopping_is_never_ready() -> None:
 def test_process_only_check_passes_while_running() -> None:
     probes = Probes(8090, ready=(Check("engine", "engine"),), started=Check("engine", "engine"))
     health = PodHealth(probes)
-    supervisor = FakeSupervisor([FakeProcess(FakeSpec("engine"), pid=5, running=True)])
-    health.attach(supervisor)  # type: ignore[arg-type]
+    supervisor = FakeSupervisor([FakeProcess(ProcessSpec("engine", ("vllm",)), pid=5, running=True)])
+    health.attach(supervisor)
     assert health.passing(probes.started) == (True, "engine is running (pid 5)")
 
 

@@ -5,7 +5,7 @@ the others; each process's life-cycle state is on /metrics."""
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -21,11 +21,11 @@ from launcher.config.settings import Settings
 from launcher.contract.exits import GROUP_BROKEN
 from launcher.contract.lifecycle import Lifecycle
 from launcher.contract.plan import Check, EventsFlowing, Peer, Probes, ProcessSpec
-from launcher.contract.stop import RUNNING, StopState
 from roles import build_plan
 from tests.ports import free_port
 from tests.unit.healthchecks.loopback import QuietLog
 from tests.unit.healthchecks.test_peers import _serve
+from tests.unit.healthchecks.test_probe_rules import FakeProcess, FakeSupervisor
 from tests.unit.roles.test_golden_kimi import PREFILL_LEADER
 
 KIMI = load_recipe(RecipeSource("kimi-k3.1-pro", None))
@@ -40,29 +40,6 @@ def _prefill_leader(**settings: Any) -> Settings:
         pool="prefill",
         **settings,
     )
-
-
-@dataclass
-class Row:
-    spec: ProcessSpec
-    lifecycle: Lifecycle
-    pid: int | None = 100
-    running: bool = True
-    last_exit: int | None = None
-    restarts: int = 0
-
-    @property
-    def name(self) -> str:
-        return self.spec.name
-
-
-@dataclass
-class Table:
-    processes: list[Row] = field(default_factory=list)
-    stop: StopState = RUNNING
-
-    def process(self, name: str) -> Row | None:
-        return next((p for p in self.processes if p.name == name), None)
 
 
 def _scrape(health: PodHealth) -> str:
@@ -140,9 +117,17 @@ def _lost_peer_watcher() -> PeerWatcher:
     return asyncio.run(scenario())
 
 
+def _running_engine() -> FakeProcess:
+    return FakeProcess(ProcessSpec("engine", ("vllm",)), 100, True, lifecycle=Lifecycle.RUNNING)
+
+
 def _health(*watchers: PeerWatcher) -> PodHealth:
     health = PodHealth(Probes(8090, ready=(), started=Check("engine", "engine")))
-    health.attach(Table([Row(ProcessSpec("engine", ("vllm",)), Lifecycle.RUNNING)]))
+    health.attach(
+        FakeSupervisor(
+            [FakeProcess(ProcessSpec("engine", ("vllm",)), 100, True, lifecycle=Lifecycle.RUNNING)]
+        )
+    )
     health.watchers = watchers
     return health
 
@@ -191,8 +176,8 @@ def test_a_check_no_http_answers_is_asked_of_the_watchers() -> None:
 @pytest.mark.parametrize("state", list(Lifecycle))
 def test_each_process_shows_its_life_cycle_state_on_metrics(state: Lifecycle) -> None:
     health = PodHealth(Probes(8090, ready=(), started=Check("engine", "engine")))
-    health.attach(Table([Row(ProcessSpec("engine", ("vllm",)), Lifecycle.RUNNING),
-                         Row(ProcessSpec("render", ("render",), critical=False), state)]))  # fmt: skip
+    render = ProcessSpec("render", ("render",), critical=False)
+    health.attach(FakeSupervisor([_running_engine(), FakeProcess(render, 100, True, lifecycle=state)]))
     text = _scrape(health)
     for each in Lifecycle:
         expected = 1.0 if each is state else 0.0
