@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from launcher.config.recipe import Pool, Recipe
 from launcher.config.settings import Settings
 from launcher.contract.plan import Plan, RdmaPort, ShutdownBudget
+from launcher.contract.record import record
 from launcher.contract.redact import is_secret_name
 from roles.context import BuildContext
 from roles.derive import derive_role
@@ -17,7 +18,7 @@ from roles.flags import FlagCatalog, built_in_catalogs, choose_catalog
 _REFERENCE = re.compile(r"\$\(\w+\)|\$\{\w+\}")  # $(VAR) or ${VAR}: a name, not the secret itself
 
 
-@dataclass(frozen=True)
+@record
 class FoundInPod:
     """What only the running pod can find out; the dry-run shows a DNS name or a placeholder instead."""
 

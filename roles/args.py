@@ -9,11 +9,11 @@ import json
 import re
 import shlex
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from typing import Literal
 
 from launcher.config.recipe import ArgValue
 from launcher.contract.errors import ConfigError, Problem
+from launcher.contract.record import record
 from launcher.contract.redact import is_secret_flag
 
 Style = Literal["gnu", "gflags"]  # vLLM/SGLang: --flag value; Mooncake (gflags): --flag=value
@@ -37,7 +37,7 @@ def flag_key(flag: str) -> str:
     return name.removeprefix("no-")
 
 
-@dataclass(frozen=True)
+@record
 class Arg:
     """One flag and the tokens it occupies on the argv."""
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 
 from launcher.config.defaults import PROBE_PORT
 from launcher.config.recipe import ArgValue, Recipe
@@ -21,6 +20,7 @@ from launcher.contract.plan import (
     ShutdownBudget,
     StartupOutput,
 )
+from launcher.contract.record import record
 from roles.args import Arg, args_from, flag_key, flatten, merge_extra, split_extra_args
 from roles.derive import PodFacts
 from roles.flags import FlagCatalog, check_flags, check_secret_abbreviations, known_secret_flags
@@ -29,7 +29,7 @@ from roles.probes import build_probes
 EXTRA_ARGS = "LLMD_EXTRA_ARGS"
 
 
-@dataclass(frozen=True)
+@record
 class BuildContext:
     """No defaults: every value comes from the settings (roles/__init__.py build_plan), which declare them."""
 

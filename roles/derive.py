@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from launcher.config.recipe import EnginePool, Pool, Recipe
 from launcher.config.settings import Settings
 from launcher.contract.addresses import is_ip
 from launcher.contract.errors import ConfigError, Problem
 from launcher.contract.plan import LEADER_PLACEHOLDER, POD_IP_PLACEHOLDER, PodIdentity, Role, RoleKind
+from launcher.contract.record import record
 from roles import topology
 
 
-@dataclass(frozen=True)
+@record
 class PodFacts:
     """The pod-specific values a plan needs, with placeholders where only the pod knows them."""
 
@@ -22,7 +21,7 @@ class PodFacts:
     notes: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@record
 class Derived:
     pool: Pool
     role: Role

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Sequence
-from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
 
 from launcher.contract.errors import Problem
+from launcher.contract.record import record
 from launcher.contract.redact import flag_name, is_secret_flag
 from roles.args import Arg
 
@@ -26,7 +26,7 @@ SKIP_FIX = (
 BUILT_IN = "built-in"  # FlagCatalog.source of the catalogues shipped in roles/catalogs/
 
 
-@dataclass(frozen=True)
+@record
 class FlagCatalog:
     name: str  # the family's catalogue name (EngineFamily.catalog), e.g. vllm-serve
     engine: str

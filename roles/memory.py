@@ -17,17 +17,16 @@ Sizes are read the way vLLM reads them: GB, MB, KB are powers of 1024 (launcher/
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from launcher.config.recipe import Pool, parse_size
 from launcher.contract.errors import ConfigError
 from launcher.contract.plan import MemoryItem
+from launcher.contract.record import record
 
 GIB = 1 << 30
 ENGINE = "engine (recipe host.engine_memory)"
 
 
-@dataclass(frozen=True)
+@record
 class PodMemory:
     """What a pod's manifest must request: the plan's items plus /dev/shm."""
 

@@ -11,7 +11,6 @@ import difflib
 import functools
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from pydantic import ValidationError
 
 from launcher.config.recipe import POOL_KINDS, Recipe, json_schema
 from launcher.contract.errors import ConfigError, Problem
+from launcher.contract.record import record
 
 if TYPE_CHECKING:  # importlib.abc's name until 3.11; importlib.resources.abc's after
     from importlib.abc import Traversable
@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # importlib.abc's name until 3.11; importlib.resources.abc's 
 SCHEMA_FIX = "correct the recipe (its keys and types: `llm-d-launcher recipes schema`)"
 
 
-@dataclass(frozen=True)
+@record
 class RecipeSource:
     """Where a recipe comes from, and the setting a person changes to fix it."""
 

@@ -20,7 +20,6 @@ import posixpath
 import re
 import textwrap
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BeforeValidator, Field, TypeAdapter, ValidationError, field_validator
@@ -38,6 +37,7 @@ from launcher.config.recipe_file import RecipeSource, read_recipe
 from launcher.contract.addresses import is_ip
 from launcher.contract.errors import ConfigError, Problem
 from launcher.contract.plan import IFNAME_PLACEHOLDER
+from launcher.contract.record import record
 from launcher.contract.redact import REDACTED, is_secret_flag, is_secret_name
 
 DEFAULT_RECIPE = "kimi-k3.1-pro"
@@ -67,7 +67,7 @@ ParkSeconds = Annotated[float, BeforeValidator(_forever)]
 Section = Literal["pod", "plan", "run"]
 
 
-@dataclass(frozen=True)
+@record
 class SettingDoc:
     """One setting as a person meets it. Stored as the field's pydantic `json_schema_extra` hook, so
     the declaration carries it and `Settings.model_json_schema()` shows it."""

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from launcher.contract.record import record
 
 # What str.splitlines breaks lines on, and many log readers too.
 _ESCAPED_BREAKS = {
@@ -10,7 +10,7 @@ _ESCAPED_BREAKS = {
 }
 
 
-@dataclass(frozen=True)
+@record
 class Problem:
     """One thing wrong with the pod's configuration, phrased for the person who can fix it."""
 

@@ -7,10 +7,11 @@ Standard library only: `--help` reads it, and the exec probe imports the CLI mod
 from __future__ import annotations
 
 import signal
-from dataclasses import dataclass
+
+from launcher.contract.record import record
 
 
-@dataclass(frozen=True)
+@record
 class ExitCode:
     """One row of the table. `reason` is how the termination message begins, with `{field}`s the
     caller fills in (`says`); rows whose code comes from elsewhere (the engine, a signal) have none."""

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import field, replace
 from enum import Enum
+
+from launcher.contract.record import record
 
 # Shown where a value is only known inside the pod (kubelet's own $(VAR) notation).
 LEADER_PLACEHOLDER = "$(LWS_LEADER_ADDRESS)"
@@ -20,7 +22,7 @@ class RoleKind(str, Enum):
     SERVICE = "service"  # a standalone service pod (Mooncake master, donor)
 
 
-@dataclass(frozen=True)
+@record
 class Role:
     """Which job this pod does, derived from the pool and the LWS env alone."""
 
@@ -39,7 +41,7 @@ class Role:
         return self.pool
 
 
-@dataclass(frozen=True)
+@record
 class PodIdentity:
     """Downward-API names of the pod, for the people reading a plan or its logs."""
 
@@ -48,13 +50,13 @@ class PodIdentity:
     node: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class PortSpec:
     number: int
     name: str
 
 
-@dataclass(frozen=True)
+@record
 class HttpCheck:
     """How the probe server learns this process is healthy: GET path on a local port, 200 = ok."""
 
@@ -62,7 +64,7 @@ class HttpCheck:
     path: str
 
 
-@dataclass(frozen=True)
+@record
 class TcpCheck:
     """Reachable = a TCP connection opens: how a worker learns its leader's API is up."""
 
@@ -70,12 +72,12 @@ class TcpCheck:
     port: int
 
 
-@dataclass(frozen=True)
+@record
 class EventsFlowing:
     """Passes until the engine served a request without publishing KV events (healthchecks/kvevents/)."""
 
 
-@dataclass(frozen=True)
+@record
 class Check:
     """One condition the probe server watches. Its process must be running; then the request, if any,
     must pass. No request: the process running is the whole check (a headless worker's engine)."""
@@ -85,7 +87,7 @@ class Check:
     request: HttpCheck | TcpCheck | EventsFlowing | None = None
 
 
-@dataclass(frozen=True)
+@record
 class Peer:
     """Another pod of this pod's LWS group, watched through its launcher's /livez. A peer that answered
     once and then stops answering ends this pod too, so LWS recreates the group now, not when the
@@ -96,7 +98,7 @@ class Peer:
     port: int  # its launcher's probe port
 
 
-@dataclass(frozen=True)
+@record
 class ProgressSource:
     """One API server whose engine's token counters the launcher reads, and canaries when they stand still."""
 
@@ -104,7 +106,7 @@ class ProgressSource:
     port: int  # its API port: GET /metrics, POST the canary
 
 
-@dataclass(frozen=True)
+@record
 class Canary:
     """The smallest request the engine's runner serves (a one-token completion, or one pooled input):
     its answer proves the engine core worked. The key it sends is the value of `api_key_env` in the
@@ -117,7 +119,7 @@ class Canary:
     path_fix: str  # told once when it serves no such path or model (404)
 
 
-@dataclass(frozen=True)
+@record
 class ProgressWatch:
     """Forward progress of the serving engine (healthchecks/forward.py). The engine's own token
     counters must advance; when they have not for `stall_seconds` and no request is running or
@@ -134,7 +136,7 @@ class ProgressWatch:
     covers: tuple[str, ...] = ()  # the group's headless pods whose stall this watch sees
 
 
-@dataclass(frozen=True)
+@record
 class PhasePattern:
     """An engine output line holding `text` means start-up reached `phase` (launcher/contract/phases.py)."""
 
@@ -142,7 +144,7 @@ class PhasePattern:
     phase: str
 
 
-@dataclass(frozen=True)
+@record
 class StartupOutput:
     """How the engine's own output says which start-up phase it is in (healthchecks/progress.py)."""
 
@@ -150,7 +152,7 @@ class StartupOutput:
     phases: tuple[PhasePattern, ...]
 
 
-@dataclass(frozen=True)
+@record
 class Probes:
     """What the launcher's probe server answers from (healthchecks/)."""
 
@@ -165,7 +167,7 @@ class Probes:
     startup_seconds: float = 0.0  # start-up not ended this long after launch ends the pod (0: never)
 
 
-@dataclass(frozen=True)
+@record
 class KvEventSource:
     """One local rank's KV-event publisher, as the launcher's watcher subscribes to it."""
 
@@ -179,7 +181,7 @@ class KvEventSource:
     replay_ipc: str | None = None
 
 
-@dataclass(frozen=True)
+@record
 class KvEventsWatch:
     sources: tuple[KvEventSource, ...]
     silence_seconds: float  # no batch this long while requests were served = silent
@@ -191,7 +193,7 @@ class KvEventsWatch:
     served_metrics: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
+@record
 class ProcessSpec:
     name: str
     argv: tuple[str, ...]
@@ -201,14 +203,14 @@ class ProcessSpec:
     health: HttpCheck | None = None
 
 
-@dataclass(frozen=True)
+@record
 class FileSpec:
     path: str
     content: str
     mode: int = 0o644
 
 
-@dataclass(frozen=True)
+@record
 class ShutdownBudget:
     """How the pod's termination grace period is split between the engine's drain, the sidecars and
     the final SIGKILL. The plan uses it for the engine's --shutdown-timeout and the supervisor for its
@@ -254,7 +256,7 @@ class ShutdownBudget:
         return max(0, int(self.engine_deadline - self.teardown - self.deregister))
 
 
-@dataclass(frozen=True)
+@record
 class DerivedEnv:
     """An engine env value the launcher sets, and where it came from (the dry-run shows both)."""
 
@@ -263,7 +265,7 @@ class DerivedEnv:
     source: str
 
 
-@dataclass(frozen=True)
+@record
 class ModuleNeed:
     """A Python module the engine will import because of the plan, and the package that provides it."""
 
@@ -272,7 +274,7 @@ class ModuleNeed:
     why: str  # the flag or connector that needs it
 
 
-@dataclass(frozen=True)
+@record
 class MemoryItem:
     """Host memory the pod will allocate (pinned: registered for RDMA, so RLIMIT_MEMLOCK counts it)."""
 
@@ -282,7 +284,7 @@ class MemoryItem:
     pinned: bool = False
 
 
-@dataclass(frozen=True)
+@record
 class RdmaPort:
     """One active RDMA port of the pod (launcher/supervise/host/rdma.py reads it from sysfs)."""
 
@@ -298,7 +300,7 @@ class RdmaPort:
         return f"{self.device}:{self.port}"
 
 
-@dataclass(frozen=True)
+@record
 class RdmaNeed:
     """The plan names its RDMA devices from the ports the pod has (found by preflight, filled in by
     roles.needs.fill_rdma); a plan whose transfers cannot work without one says why."""
@@ -310,7 +312,7 @@ class RdmaNeed:
     device_file_env: str | None = None  # names the JSON config whose empty device_name gets them
 
 
-@dataclass(frozen=True)
+@record
 class StoreMaster:
     """The KV store's master (Mooncake's) a pod's store client registers with: checked before start,
     watched after (healthchecks/store_master.py)."""
@@ -325,7 +327,7 @@ class StoreMaster:
     reregister: bool
 
 
-@dataclass(frozen=True)
+@record
 class HostNeeds:
     """What the host the pod lands on must provide; derived from the plan, checked by preflight."""
 
@@ -358,7 +360,7 @@ class HostNeeds:
         return sum(m.size // m.processes for m in self.memory if m.pinned)
 
 
-@dataclass(frozen=True)
+@record
 class Plan:
     recipe: str
     role: Role
@@ -394,7 +396,7 @@ class Plan:
         return clashes
 
 
-@dataclass(frozen=True)
+@record
 class GroupCheck:
     """One check of a whole LWS group (`plan --group`)."""
 
@@ -403,7 +405,7 @@ class GroupCheck:
     detail: str
 
 
-@dataclass(frozen=True)
+@record
 class GroupReport:
     plans: tuple[Plan, ...]
     checks: tuple[GroupCheck, ...]

@@ -4,17 +4,17 @@ so both sides import it from here rather than from each other."""
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
 
 from launcher.contract.exits import signal_name
+from launcher.contract.record import record
 
 
-@dataclass(frozen=True)
+@record
 class Running:
     """No stop has begun."""
 
 
-@dataclass(frozen=True)
+@record
 class StopRequested:
     """A signal asked the pod to stop: not a failure; the engine's own exit decides the code."""
 
@@ -34,7 +34,7 @@ class EngineStop(enum.Enum):
     STALLED = "stalled"
 
 
-@dataclass(frozen=True)
+@record
 class Verdict:
     """A watcher's finding that the pod must end although its processes run, and how to stop it."""
 
@@ -43,7 +43,7 @@ class Verdict:
     engine: EngineStop = EngineStop.DRAIN
 
 
-@dataclass(frozen=True)
+@record
 class Failed:
     """A critical process (or a crash-looping sidecar) ended the pod: /livez fails with the reason."""
 

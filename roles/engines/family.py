@@ -8,10 +8,11 @@ the Plan, so `healthchecks/` and `launcher/supervise/` hold no engine facts (doc
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from launcher.contract.plan import MemoryItem, PhasePattern, Plan, RdmaNeed, StartupOutput, StoreMaster
+from launcher.contract.record import record
 
 if TYPE_CHECKING:
     from roles.context import BuildContext
@@ -31,7 +32,7 @@ def no_master(pool: Any, where: str) -> StoreMaster | None:
     return None
 
 
-@dataclass(frozen=True)
+@record
 class EngineFamily(Generic[P]):
     name: str  # how the dry-run names the engine whose output it reads
     pools: tuple[type[P], ...]  # its recipe pool class(es), launcher/config/recipe.py
