@@ -16,6 +16,9 @@ _SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|KEY|CREDENTIAL|AUTH", r
 # --aws-secret-access-key do; --long-prefill-token-threshold, --return-tokens-as-token-ids and
 # --allow-credentials (a CORS switch) do not.
 _SECRET_WORDS = frozenset({"token", "secret", "password", "passwd", "key", "apikey", "credential"})
+# ...and every start of one, two letters or more (`hf-tok`): argparse expands abbreviations. A set, as
+# `plan` checks every flag of every catalogue against it (~1,500 flags).
+_SECRET_STARTS = frozenset(word[:end] for word in _SECRET_WORDS for end in range(2, len(word) + 1))
 
 
 def is_secret_name(name: str) -> bool:
@@ -33,8 +36,7 @@ def is_secret_flag(flag: str) -> bool:
     """True for CLI flags whose value is a credential; those values must travel in the env instead.
     A last word that begins a secret word (`--hf-tok`, `--api-ke`) counts too: argparse expands such
     abbreviations (roles/flags.py also checks them against the engines' own flag lists)."""
-    last = flag_name(flag).split("-")[-1]
-    return last in _SECRET_WORDS or (len(last) >= 2 and any(w.startswith(last) for w in _SECRET_WORDS))
+    return flag_name(flag).rpartition("-")[2] in _SECRET_STARTS
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
