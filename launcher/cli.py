@@ -7,7 +7,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeAlias
 
 import launcher.early  # noqa: F401 - first: `run`'s signal handlers before any heavy import
 from launcher.config.defaults import PROBE_PORT
@@ -126,7 +126,10 @@ def _without_values(message: str) -> str:
 _POSITIONAL_CHOICE = re.compile(r"(argument ACTION: )invalid choice: .*(?= \(choose from [^(]*$)", re.DOTALL)
 
 
-def _parser() -> argparse.ArgumentParser:
+def _parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The command line. `command`, the word the arguments start with when it names a command:
+    only that command's parser is built, as it is the only one argparse will use (the eleven parsers
+    cost `plan` 2 ms); None (help, a root flag, a mistyped command) builds every one."""
     root = _Parser(
         prog="llm-d-launcher",
         description="The ENTRYPOINT of llm-d model-server pods: from the pod's LWS env and a recipe it "
@@ -140,7 +143,17 @@ def _parser() -> argparse.ArgumentParser:
         help="the launcher's, the built-in recipes' and the engine catalogues' versions",
     )
     sub = root.add_subparsers(dest="command", metavar="COMMAND")
+    for name, add_command in _COMMANDS.items():
+        if command in (None, name):
+            add_command(sub)
+    return root
 
+
+# What add_subparsers returns (argparse names no public type for it).
+_Commands: TypeAlias = "argparse._SubParsersAction[_Parser]"
+
+
+def _add_plan(sub: _Commands) -> None:
     plan = sub.add_parser(
         "plan",
         help="dry-run: print what this pod (or its whole LWS group) would run, spawn nothing",
@@ -159,6 +172,8 @@ def _parser() -> argparse.ArgumentParser:
         "--group", action="store_true", help="plan every pod of the LWS group and check the group as a whole"
     )
 
+
+def _add_run(sub: _Commands) -> None:
     sub.add_parser(
         "run",
         help="the pod's ENTRYPOINT: preflight, then run and supervise the engine and its sidecars",
@@ -169,6 +184,9 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         settings_for="run",
     )
+
+
+def _add_recipes(sub: _Commands) -> None:
     recipes = sub.add_parser(
         "recipes",
         help="the built-in recipes: list them, show one to copy, or print the recipe JSON Schema",
@@ -183,9 +201,15 @@ def _parser() -> argparse.ArgumentParser:
         help="print the recipe JSON Schema; save it and start a recipe with "
         "`# yaml-language-server: $schema=recipe.schema.json` so editors validate it",
     )
+
+
+def _add_version(sub: _Commands) -> None:
     sub.add_parser(
         "version", help="the launcher's, the built-in recipes' and the engine catalogues' versions"
     )
+
+
+def _add_catalog(sub: _Commands) -> None:
     catalog = sub.add_parser(
         "catalog",
         help="flag catalogues: build one from the engine installed (the images do, at build time)",
@@ -204,18 +228,15 @@ def _parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="where to write it (default LLMD_CATALOG_DIR, else the directory `run` looks in first)",
     )
+
+
+def _add_probe(sub: _Commands) -> None:
     probe = sub.add_parser(
         "probe",
         help="exec probe: ask this pod's launcher whether it is live, ready or started (exit 0 or 1)",
         description="Ask the launcher's probe server (127.0.0.1:LLMD_PROBE_PORT) and exit 0 if it "
         "answers 200, 1 otherwise, with one line saying why. For clusters that prefer exec probes; "
         "httpGet probes on /livez, /readyz and /startupz answer the same.",
-    )
-    sub.add_parser(
-        "local-group",
-        help="try a recipe pool's whole LWS group on this machine: every pod in its own network namespace",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        deferred=_local_group_arguments,
     )
     probe.add_argument("which", choices=("live", "ready", "startup"))
     probe.add_argument(
@@ -224,7 +245,27 @@ def _parser() -> argparse.ArgumentParser:
     probe.add_argument(
         "--timeout", type=float, default=2.0, metavar="SECONDS", help="give up after this (default 2)"
     )
-    return root
+
+
+def _add_local_group(sub: _Commands) -> None:
+    sub.add_parser(
+        "local-group",
+        help="try a recipe pool's whole LWS group on this machine: every pod in its own network namespace",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        deferred=_local_group_arguments,
+    )
+
+
+# The commands in the order --help lists them.
+_COMMANDS: dict[str, Callable[[_Commands], None]] = {
+    "plan": _add_plan,
+    "run": _add_run,
+    "recipes": _add_recipes,
+    "version": _add_version,
+    "catalog": _add_catalog,
+    "probe": _add_probe,
+    "local-group": _add_local_group,
+}
 
 
 def _local_group_arguments(parser: argparse.ArgumentParser) -> None:
@@ -382,8 +423,9 @@ def _exit_now(code: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = _parser()
-    ns = parser.parse_args(argv)
+    args = list(sys.argv[1:] if argv is None else argv)
+    parser = _parser(args[0] if args and args[0] in _COMMANDS else None)
+    ns = parser.parse_args(args)
     try:
         if ns.command == "plan":
             return _cmd_plan(ns)

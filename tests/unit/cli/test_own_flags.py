@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -50,3 +51,17 @@ def test_version_names_launcher_recipes_and_engine_catalogues(
         name = path.stem.rpartition("-")[0]  # <catalogue>-<version>.json
         assert f"engine catalogue {name}: {data['engine']} {data['version']}" in lines
         assert load_catalog(name, data["version"]).version == data["version"]
+
+
+def test_only_the_named_commands_parser_is_built(capsys: pytest.CaptureFixture[str]) -> None:
+    """Every command's parser costs `plan` its set-up: the word that names a command builds that
+    one; anything else (help, a root flag, a typo) builds them all, for the full list and errors."""
+    from launcher.cli import _COMMANDS, _parser
+
+    with pytest.raises(SystemExit):  # built for `plan`: it knows no other command
+        _parser("plan").parse_args(["probe", "live"])
+    assert "invalid choice" in capsys.readouterr().err
+    assert _parser("probe").parse_args(["probe", "live"]).which == "live"
+    listed = _parser(None).format_help()
+    assert list(_COMMANDS) == ["plan", "run", "recipes", "version", "catalog", "probe", "local-group"]
+    assert all(re.search(rf"^    {name}\b", listed, re.M) for name in _COMMANDS)
