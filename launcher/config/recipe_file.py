@@ -1,15 +1,18 @@
-"""Reading a recipe: a file's YAML parsed within bounds (launcher/config/recipe_yaml.py), or a
-built-in recipe's compiled JSON, then validated by the schema.
+"""Reading a recipe: a file's YAML parsed within bounds (launcher/config/recipe_yaml.py) and validated
+by the schema, or a built-in recipe as compiled with the package.
 
-The built-in recipes are trusted data shipped in the package: each `recipes/NAME.yaml` (what people
-read, edit and `recipes show`) is compiled to `recipes/NAME.json` by scripts/compile_recipes.py, and
-a test checks the two agree. So a dry-run of a built-in recipe never imports PyYAML (its import
-compiles a large Unicode regex: ~10 ms of `plan`'s time, bench/results/plan_speed.md).
+The built-in recipes are trusted data shipped in the package, like its code: each `recipes/NAME.yaml`
+(what people read, edit and `recipes show`) is compiled by scripts/compile_recipes.py to
+`recipes/NAME.json` (its mapping) and `recipes/NAME.pickle` (the `Recipe` the schema validated from
+it), and a test checks both agree with the YAML. So a dry-run of a built-in recipe neither imports
+PyYAML (its import compiles a large Unicode regex: ~10 ms) nor builds the schema's validator (~4 ms),
+bench/results/plan_speed.md.
 """
 
 import difflib
 import functools
 import json
+import pickle
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -159,11 +162,22 @@ def validate_recipe(data: Mapping[str, Any], source: RecipeSource) -> Recipe:
 
 def load_recipe(source: RecipeSource, name_given: bool = False) -> Recipe:
     """The recipe a pod runs: the user file when given, else the built-in recipe by name."""
+    if source.file is None:
+        return _builtin_recipe(source.name)
     recipe = validate_recipe(read_recipe(source), source)
-    if source.file is not None and name_given and recipe.name != source.name:
+    if name_given and recipe.name != source.name:
         raise ConfigError.one(
             "LLMD_RECIPE",
             f"is {source.name!r} but LLMD_RECIPE_FILE holds recipe {recipe.name!r}",
             "unset one of them",
         )
+    return recipe
+
+
+def _builtin_recipe(name: str) -> Recipe:
+    """A built-in recipe as the schema validated it when the package was built (the module's doc)."""
+    builtin_recipe_text(name)  # an unknown name is refused, naming the recipes there are
+    recipe = pickle.loads(_recipes().joinpath(f"{name}.pickle").read_bytes())  # the package's own file
+    if not isinstance(recipe, Recipe):
+        raise TypeError(f"recipes/{name}.pickle holds no recipe: run scripts/compile_recipes.py")
     return recipe

@@ -1,11 +1,12 @@
 """A recipe file's YAML, parsed within bounds: only a recipe *file* needs PyYAML (the built-in recipes
-ship compiled to JSON, launcher/config/recipe_file.py), so only reading one imports it.
+ship compiled, launcher/config/recipe_file.py), so only reading one imports it.
 
 A recipe file is untrusted input mounted from a ConfigMap: its size, alias expansion and nesting are
 bounded before anything is built, and no error line repeats the text it points at (it may hold a secret).
 """
 
 import json
+import pickle
 from collections.abc import Mapping
 from typing import Any
 
@@ -138,3 +139,14 @@ def compiled_builtin(name: str) -> str:
 
     data = parse_recipe_yaml(builtin_recipe_text(name), RecipeSource(name, None))
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def validated_builtin(name: str) -> bytes:
+    """A built-in recipe's YAML validated by the schema, pickled as the package ships it
+    (recipes/NAME.pickle): scripts/compile_recipes.py writes it, a test keeps it equal to validating
+    the YAML."""
+    from launcher.config.recipe_file import builtin_recipe_text, validate_recipe
+
+    source = RecipeSource(name, None)
+    recipe = validate_recipe(parse_recipe_yaml(builtin_recipe_text(name), source), source)
+    return pickle.dumps(recipe, protocol=5)

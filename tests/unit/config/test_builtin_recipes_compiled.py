@@ -1,14 +1,24 @@
-"""The built-in recipes ship twice: the YAML people read and edit, and the JSON `plan` loads without
-PyYAML (scripts/compile_recipes.py). The JSON must say exactly what the YAML says."""
+"""The built-in recipes ship three times: the YAML people read and edit, the JSON `plan` reads without
+PyYAML and the validated recipe it loads without building the schema's validator
+(scripts/compile_recipes.py). The JSON must say exactly what the YAML says, and the pickle hold what
+validating it gives."""
 
 from __future__ import annotations
 
 import json
+import pickle
 from importlib import resources
 
 import pytest
 
-from launcher.config.recipe_file import RecipeSource, builtin_recipe_names, builtin_recipe_text, read_recipe
+from launcher.config.recipe_file import (
+    RecipeSource,
+    builtin_recipe_names,
+    builtin_recipe_text,
+    load_recipe,
+    read_recipe,
+    validate_recipe,
+)
 from launcher.config.recipe_yaml import compiled_builtin, parse_recipe_yaml
 
 FIX = "run `.venv/bin/python scripts/compile_recipes.py` after editing a built-in recipe"
@@ -28,10 +38,21 @@ def test_compiled_json_is_the_yaml(name: str) -> None:
     assert read_recipe(RecipeSource(name, None)) == from_yaml
 
 
-def test_every_compiled_json_has_its_yaml() -> None:
+@pytest.mark.parametrize("name", builtin_recipe_names())
+def test_the_loaded_recipe_is_the_yaml_validated(name: str) -> None:
+    source = RecipeSource(name, None)
+    validated = validate_recipe(parse_recipe_yaml(builtin_recipe_text(name), source), source)
+    shipped = pickle.loads((resources.files("launcher.config") / "recipes" / f"{name}.pickle").read_bytes())
+    # Equal models: the same class, field values and fields set, all the way down.
+    assert shipped == validated, FIX
+    assert load_recipe(source) == validated
+
+
+@pytest.mark.parametrize("suffix", [".json", ".pickle"])
+def test_every_compiled_file_has_its_yaml(suffix: str) -> None:
     shipped = {
-        p.name.removesuffix(".json")
+        p.name.removesuffix(suffix)
         for p in (resources.files("launcher.config") / "recipes").iterdir()
-        if p.name.endswith(".json")
+        if p.name.endswith(suffix)
     }
     assert shipped == set(builtin_recipe_names()), FIX

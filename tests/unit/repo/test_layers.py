@@ -56,10 +56,21 @@ def test_dry_run_of_a_builtin_recipe_loads_no_yaml_nor_other_commands() -> None:
     assert not loaded & {"yaml", "launcher.localgroup", "launcher.run", "healthchecks.probe"}
 
 
-def test_dry_run_builds_one_recipe_validator() -> None:
+@pytest.mark.parametrize(
+    ("recipe_env", "built"),
+    [
+        ({"LLMD_RECIPE": "kimi-k3.1-pro"}, []),
+        ({"LLMD_RECIPE_FILE": str(ROOT / "launcher/config/recipes/kimi-k3.1-pro.yaml")}, ["Recipe"]),
+    ],
+    ids=["built-in", "file"],
+)
+def test_dry_run_builds_one_recipe_validator_for_a_file_and_none_for_a_built_in(
+    recipe_env: dict[str, str], built: list[str]
+) -> None:
     """pydantic builds a model's validator when its class is created unless `defer_build` is set;
-    `plan` needs one, `Recipe`'s, which covers the whole tree. One per class made importing the
-    recipe module cost several times that one build."""
+    `plan` of a recipe file needs one, `Recipe`'s, which covers the whole tree. One per class made
+    importing the recipe module cost several times that one build. A built-in recipe ships validated
+    (scripts/compile_recipes.py): its dry-run builds none."""
     probe = (
         "import json, sys\n"
         "import launcher.config.recipe as r\n"
@@ -75,12 +86,12 @@ def test_dry_run_builds_one_recipe_validator() -> None:
         capture_output=True,
         text=True,
         check=True,
-        env={"PATH": "/usr/bin:/bin", "LLMD_RECIPE": "kimi-k3.1-pro"},
+        env={"PATH": "/usr/bin:/bin", **recipe_env},
     ).stderr
     at_import, after_plan, models, future_annotations = json.loads(err.splitlines()[-1])
     assert models > 5  # the probe found the recipe models
     assert at_import == []
-    assert after_plan == ["Recipe"]
+    assert after_plan == built
     # `from __future__ import annotations` would make pydantic compile each annotation from its text.
     assert future_annotations is False
 
