@@ -7,7 +7,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn, TypeAlias
+from typing import Any, NoReturn, TextIO, TypeAlias
 
 import launcher.early  # noqa: F401 - first: `run`'s signal handlers before any heavy import
 from launcher.config.defaults import PROBE_PORT
@@ -410,9 +410,18 @@ class _VersionAction(argparse.Action):
         parser.exit(0)
 
 
-def _exit_now(code: int) -> None:
-    """Skip the interpreter's teardown (tens of ms of module clean-up on the path from engine death
-    to pod exit): PID 1 has nothing left to clean."""
+def _exit_now(code: int, output: TextIO | None = None) -> None:
+    """Skip the interpreter's teardown: tens of ms of module clean-up on the path from engine death
+    to pod exit, and as much as `plan` spends beyond its settings library (bench/results/
+    plan_speed.md); nothing is left to clean. `output`, the stream that carries the command's result:
+    when it cannot take the last of it, the command fails with 120, as the interpreter's own final
+    flush would make it (CPython Python/pylifecycle.c, Py_FinalizeEx), with one line saying why."""
+    if output is not None:
+        try:
+            output.flush()
+        except (OSError, ValueError) as exc:
+            say(f"llm-d-launcher: error: the output could not be written ({exc})")
+            code = 120
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None:
@@ -428,7 +437,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ns = parser.parse_args(args)
     try:
         if ns.command == "plan":
-            return _cmd_plan(ns)
+            code = _cmd_plan(ns)
+            if argv is None:  # the real entrypoint: the plan is written, nothing else is left to do
+                _exit_now(code, output=sys.stdout)
+            return code
         if ns.command == "run":
             from launcher.run import run
 
