@@ -9,7 +9,6 @@ PyYAML (its import compiles a large Unicode regex: ~10 ms) nor builds the schema
 bench/results/plan_speed.md.
 """
 
-import difflib
 import functools
 import json
 import pickle
@@ -139,6 +138,8 @@ def _keys_at(loc: tuple[int | str, ...]) -> list[str]:
 def _unknown_key(loc: tuple[int | str, ...]) -> str:
     """Names the key that was probably meant, or the keys allowed there; never a value."""
     valid = _keys_at(loc[:-1])
+    import difflib  # for the hint only: a valid recipe never loads it
+
     close = difflib.get_close_matches(str(loc[-1]), valid, n=1)
     if close:
         return f"unknown key (did you mean {close[0]}?)"

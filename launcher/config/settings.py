@@ -13,7 +13,6 @@ config file and docs).
 
 from __future__ import annotations
 
-import difflib
 import math
 import os
 import posixpath
@@ -581,6 +580,8 @@ def unknown_env(environ: Mapping[str, str]) -> list[Problem]:
         rest = name.removeprefix(prefix)
         if rest == name or rest in known or name in _LAUNCHER_ENV:
             continue
+        import difflib  # for the hint only: a pod without a stray LLMD_* variable never loads it
+
         close = difflib.get_close_matches(rest, known, n=1)  # without the prefix every name is close
         fix = (
             f"did you mean {prefix}{close[0]}?"
