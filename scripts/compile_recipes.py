@@ -1,14 +1,13 @@
 """Compiles each built-in recipe (launcher/config/recipes/NAME.yaml) to what the package loads: its
 mapping as JSON (NAME.json, the `launcher:` section settings read) and the recipe validated by the
-schema, pickled (NAME.pickle), so a dry-run of a built-in recipe neither imports PyYAML nor builds the
-schema's validator. Edit the YAML, then run this from the repository root:
-`.venv/bin/python scripts/compile_recipes.py`. The drift test
+schema, as JSON (validated/NAME.json, launcher/config/validated.py), so a dry-run of a built-in recipe
+neither imports PyYAML nor builds the schema's validator. Edit the YAML, then run this from the
+repository root: `.venv/bin/python scripts/compile_recipes.py`. The drift test
 (tests/unit/config/test_builtin_recipes_compiled.py) fails while either differs from its YAML.
 """
 
 from __future__ import annotations
 
-import pickle
 import sys
 from pathlib import Path
 
@@ -19,20 +18,18 @@ from launcher.config.recipe_file import builtin_recipe_names  # noqa: E402
 from launcher.config.recipe_yaml import compiled_builtin, validated_builtin  # noqa: E402
 
 RECIPES = ROOT / "launcher" / "config" / "recipes"
+VALIDATED = RECIPES / "validated"
 
 
 def main() -> None:
     names = builtin_recipe_names()
-    for stale in [p for p in [*RECIPES.glob("*.json"), *RECIPES.glob("*.pickle")] if p.stem not in names]:
+    for stale in [p for p in [*RECIPES.glob("*.json"), *VALIDATED.glob("*.json")] if p.stem not in names]:
         stale.unlink()
+    VALIDATED.mkdir(exist_ok=True)
     for name in names:
         (RECIPES / f"{name}.json").write_text(compiled_builtin(name), encoding="utf-8")
-        pickled, fresh = RECIPES / f"{name}.pickle", validated_builtin(name)
-        # Rewritten only when the recipe changed: the bytes vary from run to run (a model's set of
-        # fields given pickles in hash order), the recipe they hold does not.
-        if not pickled.exists() or pickle.loads(pickled.read_bytes()) != pickle.loads(fresh):
-            pickled.write_bytes(fresh)
-        print(f"wrote launcher/config/recipes/{name}.json and {name}.pickle")
+        (VALIDATED / f"{name}.json").write_text(validated_builtin(name), encoding="utf-8")
+        print(f"wrote launcher/config/recipes/{name}.json and validated/{name}.json")
 
 
 if __name__ == "__main__":

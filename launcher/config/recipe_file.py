@@ -1,17 +1,16 @@
 """Reading a recipe: a file's YAML parsed within bounds (launcher/config/recipe_yaml.py) and validated
 by the schema, or a built-in recipe as compiled with the package.
 
-The built-in recipes are trusted data shipped in the package, like its code: each `recipes/NAME.yaml`
-(what people read, edit and `recipes show`) is compiled by scripts/compile_recipes.py to
-`recipes/NAME.json` (its mapping) and `recipes/NAME.pickle` (the `Recipe` the schema validated from
-it), and a test checks both agree with the YAML. So a dry-run of a built-in recipe neither imports
-PyYAML (its import compiles a large Unicode regex: ~10 ms) nor builds the schema's validator (~4 ms),
-bench/results/plan_speed.md.
+The built-in recipes are trusted data shipped in the package: each `recipes/NAME.yaml` (what people
+read, edit and `recipes show`) is compiled by scripts/compile_recipes.py to `recipes/NAME.json` (its
+mapping) and `recipes/validated/NAME.json` (the `Recipe` the schema validated from it,
+launcher/config/validated.py), and a test checks both agree with the YAML. So a dry-run of a built-in
+recipe neither imports PyYAML (its import compiles a large Unicode regex: ~10 ms) nor builds the
+schema's validator (~4 ms), bench/results/plan_speed.md.
 """
 
 import functools
 import json
-import pickle
 from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
@@ -177,8 +176,11 @@ def load_recipe(source: RecipeSource, name_given: bool = False) -> Recipe:
 
 def _builtin_recipe(name: str) -> Recipe:
     """A built-in recipe as the schema validated it when the package was built (the module's doc)."""
+    from launcher.config.validated import load_validated
+
     builtin_recipe_text(name)  # an unknown name is refused, naming the recipes there are
-    recipe = pickle.loads(_recipes().joinpath(f"{name}.pickle").read_bytes())  # the package's own file
+    data = json.loads(_recipes().joinpath("validated").joinpath(f"{name}.json").read_text(encoding="utf-8"))
+    recipe = load_validated(data)
     if not isinstance(recipe, Recipe):
-        raise TypeError(f"recipes/{name}.pickle holds no recipe: run scripts/compile_recipes.py")
+        raise TypeError(f"recipes/validated/{name}.json holds no recipe: run scripts/compile_recipes.py")
     return recipe

@@ -6,7 +6,6 @@ bounded before anything is built, and no error line repeats the text it points a
 """
 
 import json
-import pickle
 from collections.abc import Mapping
 from typing import Any
 
@@ -141,12 +140,13 @@ def compiled_builtin(name: str) -> str:
     return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
 
 
-def validated_builtin(name: str) -> bytes:
-    """A built-in recipe's YAML validated by the schema, pickled as the package ships it
-    (recipes/NAME.pickle): scripts/compile_recipes.py writes it, a test keeps it equal to validating
-    the YAML."""
+def validated_builtin(name: str) -> str:
+    """A built-in recipe's YAML validated by the schema, as the JSON the package ships
+    (recipes/validated/NAME.json, launcher/config/validated.py): scripts/compile_recipes.py writes it,
+    a test keeps it equal to validating the YAML."""
     from launcher.config.recipe_file import builtin_recipe_text, validate_recipe
+    from launcher.config.validated import dump_validated
 
     source = RecipeSource(name, None)
     recipe = validate_recipe(parse_recipe_yaml(builtin_recipe_text(name), source), source)
-    return pickle.dumps(recipe, protocol=5)
+    return json.dumps(dump_validated(recipe), indent=2, ensure_ascii=False, allow_nan=False) + "\n"

@@ -1,12 +1,11 @@
 """The built-in recipes ship three times: the YAML people read and edit, the JSON `plan` reads without
 PyYAML and the validated recipe it loads without building the schema's validator
-(scripts/compile_recipes.py). The JSON must say exactly what the YAML says, and the pickle hold what
-validating it gives."""
+(scripts/compile_recipes.py). The JSON must say exactly what the YAML says, and the validated JSON
+give back what validating it gives."""
 
 from __future__ import annotations
 
 import json
-import pickle
 from importlib import resources
 
 import pytest
@@ -19,7 +18,7 @@ from launcher.config.recipe_file import (
     read_recipe,
     validate_recipe,
 )
-from launcher.config.recipe_yaml import compiled_builtin, parse_recipe_yaml
+from launcher.config.recipe_yaml import compiled_builtin, parse_recipe_yaml, validated_builtin
 
 FIX = "run `.venv/bin/python scripts/compile_recipes.py` after editing a built-in recipe"
 
@@ -42,17 +41,19 @@ def test_compiled_json_is_the_yaml(name: str) -> None:
 def test_the_loaded_recipe_is_the_yaml_validated(name: str) -> None:
     source = RecipeSource(name, None)
     validated = validate_recipe(parse_recipe_yaml(builtin_recipe_text(name), source), source)
-    shipped = pickle.loads((resources.files("launcher.config") / "recipes" / f"{name}.pickle").read_bytes())
+    shipped = (resources.files("launcher.config") / "recipes" / "validated" / f"{name}.json").read_text(
+        encoding="utf-8"
+    )
+    assert shipped == validated_builtin(name), FIX
     # Equal models: the same class, field values and fields set, all the way down.
-    assert shipped == validated, FIX
     assert load_recipe(source) == validated
 
 
-@pytest.mark.parametrize("suffix", [".json", ".pickle"])
-def test_every_compiled_file_has_its_yaml(suffix: str) -> None:
+@pytest.mark.parametrize("folder", ["recipes", "recipes/validated"])
+def test_every_compiled_json_has_its_yaml(folder: str) -> None:
     shipped = {
-        p.name.removesuffix(suffix)
-        for p in (resources.files("launcher.config") / "recipes").iterdir()
-        if p.name.endswith(suffix)
+        p.name.removesuffix(".json")
+        for p in resources.files("launcher.config").joinpath(folder).iterdir()
+        if p.name.endswith(".json")
     }
     assert shipped == set(builtin_recipe_names()), FIX
