@@ -117,13 +117,14 @@ def _without_values(message: str) -> str:
         names = [t.split("=", 1)[0] for t in rest.split() if t.startswith("-")]
         return f"{head}unrecognized arguments: {' '.join(names) or REDACTED} (values not shown)"
     # `recipes`' action word is where a stray value lands (`recipes --env KEY=VALUE`): not shown.
-    message = _POSITIONAL_CHOICE.sub(r"\1invalid choice (value not shown)", message)
+    message = re.sub(_POSITIONAL_CHOICE, r"\1invalid choice (value not shown)", message)
     return " ".join(message.split())
 
 
 # argparse: "argument ACTION: invalid choice: 'x' (choose from 'a', 'b')"; the value may hold anything,
 # even that parenthesis, so everything up to the last one goes.
-_POSITIONAL_CHOICE = re.compile(r"(argument ACTION: )invalid choice: .*(?= \(choose from [^(]*$)", re.DOTALL)
+# Compiled on first use (re's cache): only a mistyped action needs it.
+_POSITIONAL_CHOICE = r"(?s)(argument ACTION: )invalid choice: .*(?= \(choose from [^(]*$)"
 
 
 def _parser(command: str | None = None) -> argparse.ArgumentParser:

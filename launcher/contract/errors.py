@@ -4,10 +4,8 @@ from __future__ import annotations
 
 from launcher.contract.record import record
 
-# What str.splitlines breaks lines on, and many log readers too.
-_ESCAPED_BREAKS = {
-    ord(c): c.encode("unicode_escape").decode() for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"
-}
+# What str.splitlines breaks lines on, and many log readers too, as Python writes them escaped.
+_ESCAPED_BREAKS = {ord(c): repr(c)[1:-1] for c in "\n\r\v\f\x1c\x1d\x1e\x85\u2028\u2029"}
 
 
 @record
