@@ -164,8 +164,9 @@ def goal(name: str, row: Row, base: Row, limit: float) -> str:
     if row.error or base.error:
         return f"**Goal: {name} ≤ {limit:g}x — cannot tell** (a row failed)."
     value = row.median / base.median
-    verdict = "MET" if value <= limit else "NOT MET"
     cpu = row.cpu_median / base.cpu_median
+    # Both: on a loaded machine the wall ratio is mostly waiting for a core and can hide own work.
+    verdict = "MET" if value <= limit and cpu <= limit else "NOT MET"
     return (
         f"**Goal: {name} ≤ {limit:g}x — {verdict}** (median ratio {value:.2f}x; "
         f"of CPU time {cpu:.2f}x, {'met' if cpu <= limit else 'not met'})."
