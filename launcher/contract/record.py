@@ -25,6 +25,8 @@ T = TypeVar("T")
 def record(cls: type[T]) -> type[T]:
     """What `@dataclass(frozen=True)` makes of `cls`: __init__ by field order with the defaults and
     default factories, __repr__, __eq__ and __hash__ over the fields, and no assignment or deletion."""
+    if hasattr(cls, "__post_init__"):  # the shared __init__ does not call it: use @dataclass there
+        raise TypeError(f"@record does not run {cls.__qualname__}.__post_init__")
     if not cls.__doc__:  # what dataclass would write, without its inspect.signature
         cls.__doc__ = f"{cls.__name__}({', '.join(inspect.get_annotations(cls))})"
     cls = dataclass(init=False, repr=False, eq=False)(cls)

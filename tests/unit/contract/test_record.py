@@ -109,3 +109,14 @@ def test_a_class_without_a_docstring_is_described_by_its_fields() -> None:
         b: str
 
     assert Bare.__doc__ == "Bare(a, b)"
+
+
+def test_a_class_with_post_init_is_refused_since_the_shared_init_would_skip_it() -> None:
+    with pytest.raises(TypeError, match="__post_init__"):
+
+        @record
+        class Checked:
+            x: int
+
+            def __post_init__(self) -> None:
+                raise AssertionError("never called by @record's __init__")
