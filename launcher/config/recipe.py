@@ -452,6 +452,12 @@ class Recipe(_Data):
             raise ValueError(mismatch)
         return self
 
+    @model_validator(mode="after")
+    def _one_store_protocol(self) -> "Recipe":
+        if mismatch := store_protocol_mismatch(self):
+            raise ValueError(mismatch)
+        return self
+
     def model_for(self, pool: EnginePool) -> ModelSpec:
         return pool.model or self.model
 
@@ -485,6 +491,33 @@ def kv_peer_mismatch(recipe: Recipe) -> str | None:
         if len(set(map(repr, values.values()))) > 1:
             shown = ", ".join(f"pools.{n}: {'unset' if v is None else repr(v)}" for n, v in values.items())
             return f"the pools that exchange KV disagree on {what} ({shown}): give them one value"
+    return None
+
+
+def store_protocol_mismatch(recipe: Recipe) -> str | None:
+    """Pools that share a Mooncake master must share its transfer protocol: each store client installs
+    exactly one transport (kvcache-ai/Mooncake mooncake-store/src/client_service.cpp,
+    Client::InitTransferEngine), and a transfer to a segment takes the transport of that segment's
+    protocol or fails with "Transport tcp not installed" (mooncake-transfer-engine/src/multi_transport.cpp,
+    selectTransport). A TCP donor in an RDMA store is memory no engine can write or read."""
+    protocols: dict[str, dict[str, str]] = {}  # master -> {setting: protocol}
+    for name, pool in recipe.pools.items():
+        if isinstance(pool, MooncakeDonorPool):
+            protocols.setdefault(pool.master, {})[f"pools.{name}.protocol"] = pool.protocol
+        elif isinstance(pool, VllmPool) and pool.mooncake_store is not None:
+            config = pool.mooncake_store.config
+            setting = f"pools.{name}.mooncake_store.config.protocol"
+            # vLLM's MooncakeStoreConnector defaults to rdma (vLLM 0.32.0 vllm/distributed/mooncake_store.py)
+            protocols.setdefault(str(config["master_server_address"]), {})[setting] = str(
+                config.get("protocol", "rdma")
+            )
+    for master, used in protocols.items():
+        if len(set(used.values())) > 1:
+            shown = ", ".join(f"{setting}: {protocol}" for setting, protocol in used.items())
+            return (
+                f"the pools of the Mooncake store at {master} use different protocols ({shown}): a client "
+                "reaches a segment only over the segment's own protocol; give them one"
+            )
     return None
 
 

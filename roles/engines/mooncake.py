@@ -103,14 +103,17 @@ DEVICE_NAMES_FLAG = "--device_names="  # mooncake_client's gflag; empty: its own
 
 
 def rdma_use(pool: MooncakeMasterPool | MooncakeDonorPool, where: str) -> RdmaNeed | None:
-    """A donor names its HCAs with --device_names; protocol rdma cannot work without one."""
+    """A donor names its HCAs with --device_names; protocol rdma cannot work without one. Its NICs must be
+    its own: a NIC an engine pod claims is in that pod's network namespace (GKE DRANET), not the donor's.
+    tcp is a fix only for the whole store (the recipe refuses a mix: store_protocol_mismatch)."""
     if not isinstance(pool, MooncakeDonorPool):
         return None
     required = pool.protocol == "rdma"
     return RdmaNeed(
         env=MOONCAKE_GID_ENV,
         required_by=f"{where}.protocol rdma" if required else None,
-        fix=f"give the donor its RDMA NICs (a resource claim), or set {where}.protocol to tcp",
+        fix="give the donor RDMA NICs of its own (a resource claim no engine pod holds), or set "
+        f"{where}.protocol to tcp together with every pool of its store",
         device_flag=DEVICE_NAMES_FLAG,
     )
 

@@ -116,3 +116,34 @@ def test_the_router_block_size_is_compared_as_the_engine_reads_it(block: object,
             validate_recipe({**data, "pools": pools}, source)
     else:
         validate_recipe({**data, "pools": pools}, source)
+
+
+@pytest.mark.parametrize(
+    ("donor", "prefill", "refused"),
+    [("rdma", "rdma", False), ("tcp", "rdma", True), ("tcp", None, True), ("tcp", "tcp", True)],
+)
+def test_the_pools_of_one_mooncake_store_share_its_protocol(
+    donor: str, prefill: str | None, refused: bool
+) -> None:
+    """A donor's segment is reachable only over its own protocol (Mooncake's store client installs one
+    transport): a TCP donor beside RDMA engines, or beside vLLM's default (rdma), is refused; the
+    decode pool stays rdma in every case, so a tcp prefill is refused too."""
+    from launcher.config.recipe_file import RecipeSource, read_recipe, validate_recipe
+
+    source = RecipeSource("kimi-k3.1-pro", None)
+    data = dict(read_recipe(source))
+    pools = dict(data["pools"])
+    pools["mooncake-donor"] = {**pools["mooncake-donor"], "protocol": donor}
+    store = dict(pools["prefill"]["mooncake_store"]["config"])
+    if prefill is None:
+        del store["protocol"]
+    else:
+        store["protocol"] = prefill
+    pools["prefill"] = {**pools["prefill"], "mooncake_store": {"config": store}}
+    if refused:
+        with pytest.raises(
+            ConfigError, match=re.escape("the pools of the Mooncake store at mooncake-master:8700")
+        ):
+            validate_recipe({**data, "pools": pools}, source)
+    else:
+        validate_recipe({**data, "pools": pools}, source)
