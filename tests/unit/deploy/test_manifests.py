@@ -575,3 +575,19 @@ def test_a_recipe_change_rolls_every_group(tmp_path: Path) -> None:
         recipe.write("# changed\n")
     after = mounted_names(base)
     assert len(before) == len(after) == 1 and before != after
+
+
+def test_the_readme_lists_what_is_unverified_for_every_part_of_deploy() -> None:
+    """deploy/README.md's "Unverified" section: one line per value no real cluster has checked, each
+    naming the part of deploy/ it lives in (every Component, the overlay, the base) and why."""
+    readme = (ROOT / "deploy" / "README.md").read_text()
+    section = readme.split("\n## Unverified\n", 1)[1].split("\n## ", 1)[0]
+    items = [line for line in section.splitlines() if line.startswith("- ")]
+    continued = [line for line in section.splitlines() if line.startswith("  ") and line.strip()]
+    assert items and not continued, "one line each: a bullet continued on the next line"
+    parts = [f"components/{c.name}/" for c in sorted(COMPONENTS.iterdir())]
+    parts += [f"{OVERLAY.relative_to(ROOT / 'deploy')}/", f"{BASE.name}/"]
+    for part in parts:
+        assert any(item.startswith(f"- `{part}") for item in items), f"no unverified line for {part}"
+    for item in items:
+        assert re.match(r"- `[^`]+`.+: .+", item), f"names no place, or says no why: {item}"
