@@ -68,6 +68,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS|never",
         help="the leader's DNS name resolves only after this long (default 0), or never",
     )
+    parser.add_argument(
+        "--restart-policy",
+        choices=("Never", "Always"),
+        default="Never",
+        help="a pod's restartPolicy (default Never: the group ends when every pod has ended); Always: a pod "
+        "that exits is started again in its own namespaces (same IP), as the kubelet restarts the "
+        "container of a Deployment's or DaemonSet's pod (e.g. a KV store's master, a memory donor)",
+    )
     parser.add_argument("--status-every", type=float, default=5.0, metavar="SECONDS", help="default 5")
     parser.add_argument(
         "--workdir", metavar="DIR", help="logs, hosts file, pods.json (default: a new temp dir)"
@@ -104,6 +112,7 @@ def command(ns: argparse.Namespace, argv: list[str]) -> int:
         request.probe_port,
         say=lambda line: print(line, flush=True),
         per_pod_env=request.per_pod_env,
+        restart_always=ns.restart_policy == "Always",
     )
     try:
         return run_group(group, request.leader_dns_after, ns.status_every, grace=request.grace)

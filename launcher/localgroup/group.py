@@ -120,6 +120,9 @@ class RunningPod:
     proc: subprocess.Popen[bytes] | None = None
     exit_code: int | None = None
     exited_at: float | None = None  # time.time()
+    restarts: int = 0  # --restart-policy Always: starts after the first
+    last_exit_code: int | None = None  # the start before's, with its termination message: lastState
+    last_termination: str = ""
 
 
 @dataclass
@@ -136,6 +139,7 @@ class LocalGroup:
     per_pod_env: Mapping[int, Mapping[str, str]] = field(default_factory=dict)  # pod index -> env over env
     tag: str = field(default_factory=lambda: uuid.uuid4().hex)
     pods: list[RunningPod] = field(default_factory=list)
+    restart_always: bool = False  # restartPolicy Always: an ended pod's launcher is started again
 
     # ------------------------------------------------------------------ network
     def network_up(self, leader_resolves: bool) -> None:
@@ -201,6 +205,17 @@ class LocalGroup:
         self._start([r for r in self.pods if r.pod.service_pool is None])
         self._write_manifest()
 
+    def restart(self, running: RunningPod) -> None:
+        """The pod's container again, in the same namespaces (its IP, its /dev/shm), as the kubelet
+        restarts it; its log goes on, its termination message is kept as the last one."""
+        with contextlib.suppress(OSError):
+            running.last_termination = running.termination_log.read_text(errors="replace")
+            running.termination_log.unlink()
+        running.restarts += 1
+        running.last_exit_code, running.exit_code, running.exited_at = running.exit_code, None, None
+        self._start([running])
+        self._write_manifest()
+
     def _start(self, pods: list[RunningPod]) -> None:
         for running in pods:
             pod, holder = running.pod, running.holder.pid
@@ -213,7 +228,7 @@ class LocalGroup:
                 "LLMD_RUNTIME_DIR": str(self.workdir / pod.name / "run"),
                 "LLMD_SHM_DIR": "/dev/shm",  # the pod's own tmpfs
             }
-            with open(running.log, "wb") as log:
+            with open(running.log, "ab" if running.restarts else "wb") as log:
                 running.proc = subprocess.Popen(
                     ["nsenter", f"--net=/proc/{holder}/ns/net", f"--uts=/proc/{holder}/ns/uts",
                      f"--mount=/proc/{holder}/ns/mnt", "--", sys.executable, "-m", "launcher", "run"],
@@ -229,7 +244,9 @@ class LocalGroup:
         pods = [
             {"index": r.pod.index, "name": r.pod.name, "address": r.pod.address, "ip": r.pod.ip,
              "pid": r.proc.pid if r.proc else None, "probe_port": self.probe_port, "log": str(r.log),
-             "termination_log": str(r.termination_log), "exit_code": r.exit_code, "exited_at": r.exited_at}
+             "termination_log": str(r.termination_log), "exit_code": r.exit_code, "exited_at": r.exited_at,
+             "restarts": r.restarts, "last_exit_code": r.last_exit_code,
+             "last_termination": r.last_termination}
             for r in self.pods
         ]  # fmt: skip
         data = {"leader_address": self.layout.leader_address, "tag": self.tag, "pods": pods}
@@ -370,6 +387,11 @@ def run_group(group: LocalGroup, leader_dns_after: float | None, status_every: f
                 group.say(f"[{now - started:5.0f}s] {group.obituary(running)}")
                 if running.exit_code and first_failure is None:
                     first_failure = running.exit_code
+                if group.restart_always and not stop:
+                    group.restart(running)
+                    group.say(
+                        f"[{now - started:5.0f}s] {running.pod.name} started again (restartPolicy Always)"
+                    )
             if now >= next_status and group.alive:
                 for running in group.pods:
                     group.say(f"[{now - started:5.0f}s] pod {running.pod.index}: {group.status(running)}")
