@@ -123,6 +123,7 @@ class RunningPod:
     restarts: int = 0  # --restart-policy Always: starts after the first
     last_exit_code: int | None = None  # the start before's, with its termination message: lastState
     last_termination: str = ""
+    restart_at: float | None = None  # time.monotonic() of the next start (restartPolicy Always)
 
 
 @dataclass
@@ -205,6 +206,13 @@ class LocalGroup:
         self._start([r for r in self.pods if r.pod.service_pool is None])
         self._write_manifest()
 
+    def schedule_restart(self, running: RunningPod, now: float) -> float:
+        """When the kubelet would start the container again: at once the first time, then after 10 s,
+        doubling up to 5 minutes (Kubernetes docs, Pod Lifecycle, "Container restarts"). The delay."""
+        delay = 0.0 if running.restarts == 0 else min(10.0 * 2 ** (running.restarts - 1), 300.0)
+        running.restart_at = now + delay
+        return delay
+
     def restart(self, running: RunningPod) -> None:
         """The pod's container again, in the same namespaces (its IP, its /dev/shm), as the kubelet
         restarts it; its log goes on, its termination message is kept as the last one."""
@@ -212,6 +220,7 @@ class LocalGroup:
             running.last_termination = running.termination_log.read_text(errors="replace")
             running.termination_log.unlink()
         running.restarts += 1
+        running.restart_at = None
         running.last_exit_code, running.exit_code, running.exited_at = running.exit_code, None, None
         self._start([running])
         self._write_manifest()
@@ -369,7 +378,7 @@ def run_group(group: LocalGroup, leader_dns_after: float | None, status_every: f
         first_failure: int | None = None
         next_status = started + status_every
         stop_sent_at: float | None = None
-        while group.alive:
+        while group.alive or (not stop and any(r.restart_at is not None for r in group.pods)):
             now = time.monotonic()
             if stop and stop_sent_at is None:
                 group.say(f"stopping the group: SIGTERM to every pod (signal {stop[0]})")
@@ -388,10 +397,11 @@ def run_group(group: LocalGroup, leader_dns_after: float | None, status_every: f
                 if running.exit_code and first_failure is None:
                     first_failure = running.exit_code
                 if group.restart_always and not stop:
+                    delay = group.schedule_restart(running, now)
+                    group.say(f"[{now - started:5.0f}s] {running.pod.name} starts again in {delay:g} s")
+            for running in group.pods:
+                if running.restart_at is not None and now >= running.restart_at and not stop:
                     group.restart(running)
-                    group.say(
-                        f"[{now - started:5.0f}s] {running.pod.name} started again (restartPolicy Always)"
-                    )
             if now >= next_status and group.alive:
                 for running in group.pods:
                     group.say(f"[{now - started:5.0f}s] pod {running.pod.index}: {group.status(running)}")

@@ -77,3 +77,19 @@ def test_every_pod_of_a_full_group_is_inside_the_network() -> None:
     layout = GroupLayout("g", GroupLayout("g", 1).capacity)
     last = layout.pods[-1].ip
     assert last == "10.77.0.254" and layout.network.broadcast_address.compressed != last
+
+
+def test_restart_always_backs_off_as_the_kubelet_does(tmp_path: Path) -> None:
+    """At once the first time, then 10 s doubling up to 5 minutes: a pod that keeps failing does not
+    spin the runner (Kubernetes docs, Pod Lifecycle, "Container restarts")."""
+    from launcher.localgroup.group import LocalGroup, RunningPod
+
+    layout = GroupLayout("g", 1)
+    group = LocalGroup(layout, tmp_path, {}, 8090, restart_always=True)
+    pod = RunningPod(layout.pods[0], mock.Mock(), tmp_path / "log", tmp_path / "termination-log")
+    delays = []
+    for restarts in range(8):
+        pod.restarts = restarts
+        delays.append(group.schedule_restart(pod, now=1000.0))
+        assert pod.restart_at == 1000.0 + delays[-1]
+    assert delays == [0, 10, 20, 40, 80, 160, 300, 300]
