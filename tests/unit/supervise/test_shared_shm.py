@@ -5,11 +5,13 @@ directory is shared across network namespaces, the case SGLang 0.5.23 hangs in."
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -104,3 +106,25 @@ def test_a_parked_pod_checking_again_holds_one_marker(tmp_path: Path) -> None:
     assert len(list(tmp_path.iterdir())) == 1
     (problem,) = check_shm_private(_plan(1), str(tmp_path), "10.0.0.2")  # still seen live
     assert "worker 0 (10.0.0.1)" in problem.message
+
+
+def test_plan_group_says_what_it_cannot_see(run_cli: Any) -> None:
+    """`plan --group` reads env, not the pod spec (hostIPC, a hostPath /dev/shm): each SGLang pod's
+    plan says the refusal is preflight's, a vLLM group's says nothing of it."""
+    env = {"LWS_LEADER_ADDRESS": LEADER, "LWS_GROUP_SIZE": "4", "LWS_WORKER_INDEX": "0", "LLMD_POOL": "tpu"}
+    code, out, err = run_cli("plan", "--group", "--format", "json", env=env)
+    assert code == 0, err
+    pods = json.loads(out)["pods"]
+    assert len(pods) == 4
+    for pod in pods:
+        (note,) = [n for n in pod["notes"] if "/dev/shm must not be shared" in n]
+        assert "preflight refuses it" in note and "`plan --group` cannot see the pod spec" in note
+    env = {
+        "LWS_LEADER_ADDRESS": "p-0.p.ns",
+        "LWS_GROUP_SIZE": "2",
+        "LWS_WORKER_INDEX": "0",
+        "LLMD_POOL": "prefill",
+    }
+    code, out, err = run_cli("plan", "--group", "--format", "json", env=env)
+    assert code == 0, err
+    assert not [n for pod in json.loads(out)["pods"] for n in pod["notes"] if "/dev/shm must not" in n]
