@@ -48,6 +48,9 @@ IDENTITY_HEADER = "Llmd-Launcher-Identity"  # healthchecks/http.py (not imported
 # The channel: one message per send, a kind byte, the sender's time.monotonic(), a JSON payload.
 SNAPSHOT, HEARTBEAT, LATENCIES = b"S", b"H", b"L"
 STAMP = struct.Struct("<d")
+MAX_SNAPSHOT = 1 << 22  # bytes: a snapshot is a few KB; the kernel refuses one past its send buffer
+MAX_REPORT = 1000  # durations in one report, well within REPORT_BYTES
+REPORT_BYTES = 1 << 16
 
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _VALUE = re.compile(rb"[\t\x20-\x7e]*")
@@ -172,6 +175,7 @@ class Front:
 
     def respond(self, request: Request) -> bytes:
         began = time.perf_counter()
+        self.on_channel()  # what the launcher sent before the probe came counts, whatever epoll's order
         status, body = self.answers.answer(request.path, time.monotonic())
         snapshot = self.answers.snapshot
         identity = snapshot.get("identity", "")
@@ -190,18 +194,22 @@ class Front:
         if not self.pending:
             asyncio.get_running_loop().call_soon(self.report)
         self.pending.append((request.path[1:], time.perf_counter() - began))
+        if len(self.pending) >= MAX_REPORT:
+            self.report()
         return data
 
     def report(self) -> None:
         """The durations of the probes answered since the last report; dropped if the launcher lags."""
         pending, self.pending = self.pending, []
+        if not pending:  # sent already: a full report goes at once
+            return
         with contextlib.suppress(OSError):  # BlockingIOError included
             self.channel.send(message(LATENCIES, time.monotonic(), pending))
 
     def on_channel(self) -> None:
         while True:
             try:
-                data = self.channel.recv(1 << 22)
+                data = self.channel.recv(MAX_SNAPSHOT)
             except BlockingIOError:
                 return
             except OSError:

@@ -24,6 +24,7 @@ from healthchecks.probe_process import (
     HEARTBEAT_SECONDS,
     LATENCIES,
     PUBLISH_INTERVAL,
+    REPORT_BYTES,
     SNAPSHOT,
     message,
     read_message,
@@ -71,9 +72,15 @@ class ProbePublisher:
         self._end_process()
 
     async def _publish_forever(self) -> None:
+        said = ""
         while True:
             await asyncio.sleep(PUBLISH_INTERVAL)
-            self.publish()
+            try:
+                self.publish()
+            except Exception as exc:  # an answer that raised: nothing published, so probes fail at 2 s
+                if repr(exc) != said:
+                    said = repr(exc)
+                    self.log(f"the probes' answers could not be computed: {said[:300]}")
 
     def publish(self) -> None:
         """Send the answers if they changed (a heartbeat if not); take the reported durations; start a
@@ -93,8 +100,8 @@ class ProbePublisher:
         the probes answered before it)."""
         while self.channel is not None:
             try:
-                data = self.channel.recv(1 << 20)
-            except (BlockingIOError, OSError):
+                data = self.channel.recv(REPORT_BYTES)
+            except OSError:  # BlockingIOError: nothing more
                 return
             if not data:
                 return
