@@ -80,18 +80,22 @@ class ProbePublisher:
             except Exception as exc:  # an answer that raised: nothing published, so probes fail at 2 s
                 if repr(exc) != said:
                     said = repr(exc)
-                    self.log(f"the probes' answers could not be computed: {said[:300]}")
+                    with contextlib.suppress(Exception):  # a log that cannot be written stops nothing
+                        self.log(f"the probes' answers could not be published: {said[:300]}")
 
     def publish(self) -> None:
         """Send the answers if they changed (a heartbeat if not); take the reported durations; start a
         new process if the last one ended."""
         self.take_durations()
+        ended = None
         if self.process is not None and self.process.poll() is not None:
-            self.log(f"the probe process (pid {self.process.pid}) ended; starting another")
+            ended = self.process.pid
             self._end_process()
         if self.process is None:
             if time.monotonic() - self._spawned_at >= RESPAWN_SECONDS:
                 self._spawn()
+            if ended is not None:
+                self.log(f"the probe process (pid {ended}) ended; starting another at most every 1 s")
             return
         self._send()
 

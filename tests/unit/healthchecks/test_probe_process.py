@@ -25,9 +25,16 @@ from healthchecks.server import ProbeServer
 from healthchecks.state import PodHealth
 from launcher.contract.plan import Check, Probes
 from launcher.contract.redact import Scrubber
+from launcher.supervise.logs import configure
 from tests.ports import free_port
 
 SECRET = "hf_probe_process_secret_42"
+
+
+@pytest.fixture(autouse=True)
+def _logs_to_this_tests_stderr() -> None:
+    """The launcher's logger writes where this test captures (an earlier test's stream is closed)."""
+    configure(False, Scrubber([]), sys.stderr)
 
 
 def _health(port: int) -> PodHealth:
