@@ -34,7 +34,7 @@ SECRET = "hf_probe_process_secret_42"
 @pytest.fixture(autouse=True)
 def _logs_to_this_tests_stderr() -> None:
     """The launcher's logger writes where this test captures (an earlier test's stream is closed)."""
-    configure(False, Scrubber([]), sys.stderr)
+    configure(True, Scrubber([]), sys.stderr)
 
 
 def _health(port: int) -> PodHealth:
