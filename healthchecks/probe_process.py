@@ -43,6 +43,7 @@ HEARTBEAT_SECONDS = 0.25  # nothing changed for this long: the launcher says it 
 SILENT_SECONDS = 2.0  # the launcher silent this long: every probe fails (readiness' timeoutSeconds)
 KEEPALIVE_SECONDS = 75.0  # an idle kept-alive connection is closed, as aiohttp does
 MAX_HEAD = 8190  # a longer request head goes to aiohttp, which refuses it
+ACCEPT_BATCH = 64  # connections accepted in one wake-up, at most (asyncio's create_server takes 100)
 IDENTITY_HEADER = "Llmd-Launcher-Identity"  # healthchecks/http.py (not imported: stdlib only here)
 
 # The channel: one message per send, a kind byte, the sender's time.monotonic(), a JSON payload.
@@ -50,6 +51,7 @@ SNAPSHOT, HEARTBEAT, LATENCIES = b"S", b"H", b"L"
 STAMP = struct.Struct("<d")
 MAX_SNAPSHOT = 1 << 22  # bytes: a snapshot is a few KB; the kernel refuses one past its send buffer
 MAX_REPORT = 1000  # durations in one report, well within REPORT_BYTES
+REPORT_SECONDS = 0.1  # durations are reported this long after the first unreported one (or before a relay)
 REPORT_BYTES = 1 << 16
 
 _TOKEN = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
@@ -191,8 +193,8 @@ class Front:
         if request.connection_header:
             head.append("Connection: keep-alive" if request.keep_alive else "Connection: close")
         data = ("\r\n".join(head) + "\r\n\r\n").encode() + body
-        if not self.pending:
-            asyncio.get_running_loop().call_soon(self.report)
+        if not self.pending:  # one report per REPORT_SECONDS, not a wake-up of the launcher per probe
+            asyncio.get_running_loop().call_later(REPORT_SECONDS, self.report)
         self.pending.append((request.path[1:], time.perf_counter() - began))
         if len(self.pending) >= MAX_REPORT:
             self.report()
@@ -205,6 +207,48 @@ class Front:
             return
         with contextlib.suppress(OSError):  # BlockingIOError included
             self.channel.send(message(LATENCIES, time.monotonic(), pending))
+
+    def accept(self, listener: socket.socket) -> None:
+        """Each waiting connection: a probe whose request is already in is answered at once and
+        closed (about a third of the CPU of a transport's life cycle); any other connection becomes a
+        Connection, with what was read."""
+        loop = asyncio.get_running_loop()
+        for _ in range(ACCEPT_BATCH):
+            try:
+                client, _ = listener.accept()
+            except OSError:  # BlockingIOError: none waiting; EMFILE and the like: the next wake-up
+                return
+            client.setblocking(False)
+            try:
+                data = client.recv(MAX_HEAD + 1)
+            except BlockingIOError:
+                data = b""
+            except OSError:
+                client.close()
+                continue
+            end = data.find(b"\r\n\r\n")
+            request = parse_head(data[:end]) if end == len(data) - 4 else None
+            if request is not None and not request.keep_alive:
+                answer = self.respond(request)
+                try:
+                    sent = client.send(answer)
+                except OSError:
+                    sent = -1
+                if sent == len(answer) or sent < 0:
+                    client.close()
+                    continue
+                data, answer = b"", answer[sent:]  # the rest goes through a transport
+                loop.create_task(self._finish(client, answer)).add_done_callback(_ignore)
+                continue
+            loop.create_task(self._adopt(client, data)).add_done_callback(_ignore)
+
+    async def _adopt(self, client: socket.socket, received: bytes) -> None:
+        await asyncio.get_running_loop().connect_accepted_socket(lambda: Connection(self, received), client)
+
+    async def _finish(self, client: socket.socket, rest: bytes) -> None:
+        transport, _ = await asyncio.get_running_loop().connect_accepted_socket(asyncio.Protocol, client)
+        transport.write(rest)
+        transport.close()
 
     def on_channel(self) -> None:
         while True:
@@ -228,9 +272,10 @@ class Connection(asyncio.Protocol):
     """One client connection: probes answered here until a request the launcher must answer; from
     then on every byte is relayed both ways."""
 
-    def __init__(self, front: Front) -> None:
+    def __init__(self, front: Front, received: bytes = b"") -> None:
         self.front = front
         self.buffer = b""
+        self.received = received  # read before the connection became this protocol's (Front.accept)
         self.client: asyncio.Transport | None = None
         self.relay: asyncio.Transport | None = None
         self.relaying = False
@@ -239,6 +284,8 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.client = transport
+        if self.received:  # before anything the transport reads
+            self.data_received(self.received)
 
     def data_received(self, data: bytes) -> None:
         assert self.client is not None
@@ -279,6 +326,7 @@ class Connection(asyncio.Protocol):
 
     def _relay(self) -> None:
         assert self.client is not None
+        self.front.report()  # a /metrics relayed now counts every probe answered before it
         self.relaying = True
         self.client.pause_reading()
         task = asyncio.get_running_loop().create_task(self._connect())
@@ -342,10 +390,10 @@ async def serve(listeners: list[socket.socket], channel: socket.socket, backend:
     channel.setblocking(False)
     front.on_channel()  # the first snapshot was sent before this process started
     loop.add_reader(channel.fileno(), front.on_channel)
-    servers = [await loop.create_server(lambda: Connection(front), sock=s) for s in listeners]
+    for listener in listeners:
+        listener.setblocking(False)
+        loop.add_reader(listener.fileno(), front.accept, listener)
     await front.ended
-    for server in servers:
-        server.close()
 
 
 def main(argv: list[str] | None = None) -> None:
