@@ -36,7 +36,9 @@ RESPAWN_SECONDS = 1.0  # at most one new probe process a second, should one keep
 
 class ProbePublisher:
     """`answers`: path -> the PodHealth method answering it; `observe(endpoint, seconds)`: the probe
-    histogram; `spared`: the pids the supervisor must neither signal nor wait for (this process's)."""
+    histogram; `server`: the Server header aiohttp sends; `backend`: the abstract Unix address of the
+    launcher's aiohttp application; `spared`: the pids the supervisor must neither signal nor wait
+    for (the probe process's)."""
 
     def __init__(
         self,
