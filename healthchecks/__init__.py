@@ -8,7 +8,9 @@
 - engine_metrics.py  the one reader of an engine's /metrics (token counters, served requests)
 - checks.py    background checks (engine /health, sidecars, leader reachable), each with a timeout
 - metrics.py   Prometheus exposition, llmd_launcher_* names
-- server.py    the aiohttp probe server in the launcher's event loop
+- server.py    the probe server: the probe port's sockets, its aiohttp application (the launcher's loop)
+- probe_process.py    the probe process: answers the three probes from the published answers, relays the rest
+- probe_publisher.py  the launcher's side of it: starts it, publishes PodHealth's answers on change
 - probe.py     `llm-d-launcher probe live|ready|startup`, for exec probes
 - kvevents/    the KV-event watcher: wire format, sequence tracking, watcher, its metrics, IPv6 relay
 - deadline.py  the start-up deadline (LLMD_STARTUP_SECONDS)

@@ -165,7 +165,10 @@ LOG_LINES_DROPPED = MetricSpec(
     "output lines dropped because the reader of the launcher's stdout/stderr fell behind",
 )
 PROBE_DURATION = MetricSpec(
-    "probe_duration_seconds", "histogram", "time to answer a probe, inside the launcher", ("endpoint",)
+    "probe_duration_seconds",
+    "histogram",
+    "time to answer a probe, inside the probe process (inside the launcher for a relayed one)",
+    ("endpoint",),
 )
 BUILD_INFO = MetricSpec(
     "build_info",

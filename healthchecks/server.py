@@ -1,8 +1,12 @@
-"""The probe server (aiohttp, in the launcher's event loop): /livez /readyz /startupz /metrics.
+"""The probe server: /livez /readyz /startupz /metrics /kvevents on the probe port.
 
-Every answer is computed from PodHealth in memory, so a probe costs microseconds of launcher time and
-never waits on the engine. It starts before preflight (a pod waiting for its leader is alive, and its
-/startupz says what it waits for) and stops only after the supervisor has finished.
+Every answer is computed from PodHealth in memory, so a probe never waits on the engine. The probe
+port's sockets are bound here, and served by the probe process (healthchecks/probe_process.py): it
+answers the three probes from the answers this launcher publishes (healthchecks/probe_publisher.py),
+so a probe does not wait for the launcher's loop either, and relays every other request to the aiohttp
+application below, served on an abstract Unix socket in the launcher's loop. It starts before
+preflight (a pod waiting for its leader is alive, and its /startupz says what it waits for) and stops
+only after the supervisor has finished.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import errno
 import json
 import logging
 import os
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -20,6 +25,8 @@ from aiohttp import web
 from healthchecks.http import IDENTITY_HEADER
 from healthchecks.kvevents.watcher import KvEventWatcher
 from healthchecks.metrics import build_registry
+from healthchecks.probe_process import SILENT_SECONDS
+from healthchecks.probe_publisher import ProbePublisher
 from healthchecks.state import Answer, PodHealth
 from launcher.contract.errors import ConfigError
 
@@ -72,7 +79,7 @@ class ProbeServer:
     """`holder_of(port)` names the process that holds a port, for the error when ours is taken: the
     runtime's process-table scan (launcher/supervise/preflight.py), handed in so the probes need none.
     `scrub` hides the pod's secret values in every answer, as in the logs and the termination message:
-    the probe port listens on every interface."""
+    the probe port listens on every interface. `silent_after`: the probe process's staleness rule."""
 
     def __init__(
         self,
@@ -81,27 +88,31 @@ class ProbeServer:
         port: int,
         holder_of: Callable[[int], str],
         scrub: Callable[[str], str],
+        silent_after: float = SILENT_SECONDS,
     ) -> None:
         self.health, self.host, self.port, self.holder_of = health, host, port, holder_of
-        self.scrub = scrub
+        self.scrub, self.silent_after = scrub, silent_after
         self.registry, self._latency = build_registry(health)
+        self.answers = {"/livez": health.liveness, "/readyz": health.readiness, "/startupz": health.startup}
         app = web.Application(middlewares=[_http_1_only])
-        app.router.add_get("/livez", self._probe("livez", health.liveness))
-        app.router.add_get("/readyz", self._probe("readyz", health.readiness))
-        app.router.add_get("/startupz", self._probe("startupz", health.startup))
+        for path, answer in self.answers.items():
+            app.router.add_get(path, self._probe(path[1:], answer))
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/kvevents", self._kv_events)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, logger=_REQUEST_ERRORS)
+        self._listeners: list[socket.socket] = []
+        self.publisher: ProbePublisher | None = None
+
+    @property
+    def spared(self) -> set[int]:
+        """The probe process's pid: the supervisor neither signals it nor waits for it (it serves the
+        probes while the pod stops, and ends with this server)."""
+        return self.publisher.spared if self.publisher is not None else set()
 
     async def start(self) -> None:
-        await self._runner.setup()
-        # A deep accept queue: the kubelet and scrapers may connect at once; a full queue drops SYNs
-        # and costs the client a 1 s retransmit.
-        site = web.TCPSite(self._runner, self.host or None, self.port, reuse_address=True, backlog=1024)
         try:
-            await site.start()
+            self._listeners = listen(self.host, self.port)
         except OSError as exc:
-            await self._runner.cleanup()
             where = f"{self.host or '*'}:{self.port}"
             reason = os.strerror(exc.errno) if exc.errno else str(exc)
             if exc.errno == errno.EADDRINUSE:
@@ -111,13 +122,36 @@ class ProbeServer:
                 f"the probe server cannot listen on {where}: {reason}",
                 "set LLMD_PROBE_PORT to a port no process of the pod uses (and point the probes at it)",
             ) from None
+        await self._runner.setup()
+        backend = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        backend.bind("")  # Linux autobind: an abstract address of its own, nothing to clean up
+        await web.SockSite(self._runner, backend, backlog=1024).start()
+        from aiohttp.http import SERVER_SOFTWARE
+
+        self.publisher = ProbePublisher(
+            self.health,
+            self.answers,
+            lambda body: scrubbed(body, self.scrub),
+            self._listeners,
+            backend.getsockname(),
+            lambda endpoint, seconds: self._latency.labels(endpoint).observe(seconds),
+            SERVER_SOFTWARE,
+            self.silent_after,
+            _warn,
+        )
+        self.publisher.start()
 
     async def stop(self) -> None:
+        if self.publisher is not None:
+            self.publisher.stop()
+        for listener in self._listeners:
+            listener.close()
         await self._runner.cleanup()
 
     def _probe(
         self, endpoint: str, answer: Callable[[], Answer]
     ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        """The answer to a probe the probe process relays (a HEAD, a query string)."""
         latency = self._latency.labels(endpoint)
 
         async def handle(_: web.Request) -> web.Response:
@@ -144,7 +178,40 @@ class ProbeServer:
     async def _metrics(self, _: web.Request) -> web.Response:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+        if self.publisher is not None:
+            self.publisher.take_durations()  # the probes answered before this scrape count in it
         began = time.perf_counter()
         body: Any = self.scrub(generate_latest(self.registry).decode()).encode()
         self._latency.labels("metrics").observe(time.perf_counter() - began)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+def listen(host: str, port: int) -> list[socket.socket]:
+    """The probe port's listening sockets, as asyncio's create_server binds them (every address of
+    `host`; "" is every interface, IPv4 and IPv6), with a deep accept queue: the kubelet and scrapers
+    may connect at once, and a full queue drops SYNs and costs the client a 1 s retransmit."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError:  # a family this kernel lacks (IPv6 off)
+                continue
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(1024)
+    except OSError:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
+
+
+def _warn(event: str) -> None:
+    import structlog
+
+    structlog.get_logger("llm-d-launcher").warning(event)

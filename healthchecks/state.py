@@ -243,8 +243,17 @@ class PodHealth:
         body["checks"] = {name: {"ok": ok, "detail": detail} for name, (ok, detail) in checks.items()}
         return not failing, body
 
+    def counting_from(self) -> dict[str, float]:
+        """The moments /startupz's fields that count seconds count from (the probe process counts them
+        on between two publications, healthchecks/probe_process.py)."""
+        moments = {"seconds": self.launched_at, "phase_seconds": self.phase_at}
+        if self.parked is not None:
+            moments["parked_seconds"] = self.parked.since
+        return moments
+
     def startup(self) -> Answer:
         now = self.clock()
+        since = {name: round(now - moment, 1) for name, moment in self.counting_from().items()}
         if self.started_at is not None:
             return True, {
                 "started": True,
@@ -256,16 +265,16 @@ class PodHealth:
             return False, {
                 "started": False,
                 "phase": PARKED,
-                "seconds": round(now - self.launched_at, 1),
-                "parked_seconds": round(now - self.parked.since, 1),
+                "seconds": since["seconds"],
+                "parked_seconds": since["parked_seconds"],
                 "failing": {"parked": self.parked.reason},
             }
         _, detail = self.passing(self.probes.started)
         body: dict[str, Any] = {
             "started": False,
             "phase": self.phase,
-            "seconds": round(now - self.launched_at, 1),
-            "phase_seconds": round(now - self.phase_at, 1),
+            "seconds": since["seconds"],
+            "phase_seconds": since["phase_seconds"],
             "waiting_for": f"{self.probes.started.name}: {detail}",
             **self.progress.as_dict(),
             **({"flag_catalog": self.flag_catalog} if self.flag_catalog else {}),

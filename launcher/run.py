@@ -158,6 +158,7 @@ async def _run(
 
     from healthchecks.pod_watchers import build_watchers
     from healthchecks.state import PodHealth
+    from launcher.supervise.spawn import SubprocessSpawner
     from launcher.supervise.supervisor import Supervisor, SupervisorConfig
 
     output.attach(asyncio.get_running_loop())  # from now on a stalled log reader cannot block the loop
@@ -178,7 +179,15 @@ async def _run(
         health.use_plan(prepared.probes)
         _freeze_heap()
         config = SupervisorConfig.from_settings(inputs.settings)
-        supervisor = Supervisor(prepared, config, events, output, log, on_line=health.on_line)
+        supervisor = Supervisor(
+            prepared,
+            config,
+            events,
+            output,
+            log,
+            on_line=health.on_line,
+            spawner=SubprocessSpawner(server.spared),
+        )
         health.attach(supervisor)
         health.watchers = build_watchers(prepared, health, inputs.settings, log, parks=_parks())
         async with _watching(health.watchers, supervisor):

@@ -35,6 +35,16 @@ def tagged(tag: str, key: str = RUN_TAG) -> list[psutil.Process]:
     return found
 
 
+def plan_children(launcher: int, recursive: bool = False) -> list[psutil.Process]:
+    """The launcher's children (all its descendants, `recursive`) but its probe process
+    (healthchecks/probe_process.py), which answers the probes and has no children."""
+    return [
+        child
+        for child in psutil.Process(launcher).children(recursive=recursive)
+        if not any(arg.endswith("probe_process.py") for arg in child.cmdline())
+    ]
+
+
 @dataclass
 class LauncherPod:
     workdir: Path
@@ -129,7 +139,7 @@ class LauncherPod:
     def children(self) -> dict[str, psutil.Process]:
         """The launcher's direct children by process name as the plan names them (argv heuristics)."""
         out = {}
-        for child in psutil.Process(self.pid).children():
+        for child in plan_children(self.pid):
             cmd = child.cmdline()
             out["render" if "render" in cmd else "engine"] = child
         return out

@@ -10,7 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import IO, NamedTuple, Protocol
 
 from launcher.contract.plan import ProcessSpec
@@ -60,10 +60,13 @@ class Spawner(Protocol):
 
 
 class SubprocessSpawner:
-    """The real thing: subprocess, waitpid, kill/killpg, psutil; as a child subreaper."""
+    """The real thing: subprocess, waitpid, kill/killpg, psutil; as a child subreaper. `spared`: the
+    launcher's own helpers (the probe process), never listed as descendants, so never signalled
+    nor waited for: they outlive the stop and end with the launcher."""
 
-    def __init__(self) -> None:
+    def __init__(self, spared: Collection[int] = ()) -> None:
         self._popens: dict[int, subprocess.Popen[bytes]] = {}
+        self.spared = spared
 
     def watch(self, on_exit: Callable[[], None]) -> Callable[[], None]:
         become_subreaper()
@@ -123,6 +126,8 @@ class SubprocessSpawner:
             return []
         alive = []
         for child in children:
+            if child.pid in self.spared:
+                continue
             with contextlib.suppress(psutil.Error, OSError):
                 if child.status() != psutil.STATUS_ZOMBIE:
                     alive.append(Descendant(child.pid, os.getpgid(child.pid)))

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import psutil
 
-from tests.pods import LauncherPod
+from tests.pods import LauncherPod, plan_children
 from tests.supervisor.conftest import MakePod
 
 
@@ -230,7 +230,7 @@ def test_sigterm_reaches_the_engine_main_process_not_its_workers(make_pod: MakeP
     the engine's whole group would abort in-flight requests."""
     pod = make_pod({"STANDIN_ENGINE": "workers=2"}, render=False).start()
     pod.wait_for("engine | stand-in engine up")
-    assert len(psutil.Process(pod.pid).children(recursive=True)) == 3
+    assert len(plan_children(pod.pid, recursive=True)) == 3
     pod.signal(signal.SIGTERM)
     assert_clean_exit(pod, pod.finish(), 0)
     assert "worker got SIGTERM" not in pod.stdout

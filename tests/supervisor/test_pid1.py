@@ -12,7 +12,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.pods import LauncherPod
+from tests.pods import LauncherPod, plan_children
 from tests.supervisor.conftest import MakePod
 
 PID_NAMESPACE = ["unshare", "--user", "--map-root-user", "--pid", "--fork"]
@@ -68,7 +68,7 @@ def test_as_pid_1_it_reaps_orphans_and_stops_on_sigterm(make_pod: MakePod, tmp_p
         assert time.monotonic() < deadline, pod.output()
         time.sleep(0.05)
     # The render sidecar's detached grandchild (double fork + setsid) is re-parented to PID 1: the launcher.
-    children = sorted(_namespace_pid(p) for p in launcher.children())
+    children = sorted(_namespace_pid(p) for p in plan_children(launcher.pid))
     assert len(children) == 3 and int(pidfile.read_text()) in children, (children, pod.output())
     launcher.send_signal(signal.SIGTERM)
     code = pod.finish()  # unshare exits with its child's code
