@@ -1,6 +1,6 @@
-"""The launcher's output at exit: the entry point ends with os._exit, so what a slow reader has not
-taken yet is written out first (ChildOutput.drain), for a bounded time: a reader that never comes
-back must not keep a dead pod from exiting."""
+"""What `run` finishes before the entry point's os._exit: output a slow reader has not taken yet is
+written out (ChildOutput.drain) for a bounded time, since a reader that never comes back must not
+keep a dead pod from exiting; thread work in flight is waited for, idle threads are not."""
 
 from __future__ import annotations
 
@@ -54,3 +54,24 @@ def test_drain_gives_up_at_its_deadline_when_nobody_reads() -> None:
     finally:
         os.close(read)
         os.close(writer.fd)
+
+
+def test_the_loops_thread_work_says_whether_any_is_in_flight() -> None:
+    """At exit, run waits for thread work in flight (a preflight probe's subprocess must not outlive
+    the launcher) and leaves idle threads to end with the process."""
+    from launcher.run import _ThreadWork
+
+    threads, release = _ThreadWork(), threading.Event()
+    try:
+        assert not threads.busy
+        future = threads.submit(release.wait, 30)
+        assert threads.busy
+        release.set()
+        future.result(30)
+        deadline = time.monotonic() + 30
+        while threads.busy and time.monotonic() < deadline:  # the done-callback runs in the worker
+            time.sleep(0.01)
+        assert not threads.busy
+    finally:
+        release.set()
+        threads.shutdown(wait=True)
