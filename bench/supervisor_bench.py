@@ -512,7 +512,15 @@ def mb(used: Footprint) -> str:
 
 
 def print_steps(deaths: list[Death]) -> None:
-    """Each step's share of the death path: time from the mark before it, median and p99."""
+    """Each step's share of the death path: time from the mark before it, median and p99. A step the
+    traced tree does not take (another checkout's launcher) is left out, its time in the next one."""
+    print(f"\n| death path step ({len(deaths)} traced runs) | median | p99 |")
+    print("|---|---|---|")
+    for label, spans in step_spans(deaths):
+        print(f"| {label} | {statistics.median(spans) * 1000:.1f} ms | {pct(spans, 0.99) * 1000:.1f} ms |")
+
+
+def step_spans(deaths: list[Death]) -> list[tuple[str, list[float]]]:
     steps = load_steps()
     marks = [
         ("killed", "engine SIGKILL"),
@@ -520,16 +528,18 @@ def print_steps(deaths: list[Death]) -> None:
         (steps.ALL_REAPED, "sidecars stopped and reaped"),
         (steps.SWEPT, "descendant sweep done"),
         (steps.RETURNED, "supervisor returned"),
-        (steps.RUN_RETURNED, "probe server stopped, loop closed, exit logged"),
+        (steps.SERVER_STOPPED, "watchers and probe server stopped"),
+        (steps.LOOP_DONE, "event loop done"),
+        (steps.RUN_RETURNED, "exit logged, termination message written"),
+        (steps.EXITING, "output flushed, os._exit called"),
         ("gone", "launcher exit seen by its parent"),
     ]
-    print(f"\n| death path step ({len(deaths)} traced runs) | median | p99 |")
-    print("|---|---|---|")
-    for (before, _), (after, label) in itertools.pairwise(marks):
-        spans = [d.steps[after] - d.steps[before] for d in deaths]
-        print(f"| {label} | {statistics.median(spans) * 1000:.1f} ms | {pct(spans, 0.99) * 1000:.1f} ms |")
-    total = [d.steps["gone"] - d.steps["killed"] for d in deaths]
-    print(f"| total | {statistics.median(total) * 1000:.1f} ms | {pct(total, 0.99) * 1000:.1f} ms |")
+    taken = [(mark, label) for mark, label in marks if all(mark in d.steps for d in deaths)]
+    spans = [
+        (label, [d.steps[after] - d.steps[before] for d in deaths])
+        for (before, _), (after, label) in itertools.pairwise(taken)
+    ]
+    return [*spans, ("total", [d.steps["gone"] - d.steps["killed"] for d in deaths])]
 
 
 def print_bad_inputs(rows: list[tuple[str, float, int, float, int | None, str]]) -> None:

@@ -445,8 +445,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if ns.command == "run":
             from launcher.run import run
 
-            code = run(_cli_settings(ns))
-            if argv is None:  # the real entrypoint: every child is gone and every line flushed
+            exiting = argv is None  # the real entrypoint: every child is gone and every line flushed
+            code = run(_cli_settings(ns), exiting=exiting)
+            if exiting:
                 _exit_now(code)
             return code
         if ns.command == "recipes":

@@ -8,11 +8,12 @@ message says why, root cause first.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from launcher import early
 from launcher.config.defaults import TERMINATION_LOG
@@ -36,6 +37,9 @@ if TYPE_CHECKING:
     from launcher.supervise.host import HostReport
     from launcher.supervise.logs import ChildOutput
     from launcher.supervise.supervisor import Event, Supervisor
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -68,10 +72,13 @@ def read_inputs(cli_settings: dict[str, Any], *, warn: bool = True) -> Inputs:
     return Inputs(settings, recipe, plan)
 
 
-def run(cli_settings: dict[str, Any]) -> int:
+def run(cli_settings: dict[str, Any], *, exiting: bool = False) -> int:
+    """exiting: the process ends as soon as this returns (the entry point's os._exit), so the event
+    loop is left to the kernel instead of being torn down (_until_complete)."""
     early.install()  # already done by the entry point's first lines; again for in-process callers
     scrub = Scrubber(secret_values(os.environ))
     termination_log = os.environ.get("LLMD_TERMINATION_LOG", TERMINATION_LOG)  # until the settings are valid
+    output: ChildOutput | None = None
     try:
         # Every input mistake surfaces here, before the async machinery is even imported: a bad
         # flag costs a fraction of a second, not an engine start (in an LWS group the pod parks).
@@ -85,7 +92,8 @@ def run(cli_settings: dict[str, Any]) -> int:
         termination_log = _setting(first, "termination_log")
         if isinstance(first, Inputs):  # secrets the plan adds (recipe env, LLMD_EXTRA_ENV) are hidden too
             scrub.learn(_plan_secrets(first.plan))
-        outcome = _supervise(cli_settings, first, scrub)
+        output = _child_output(first, scrub)
+        outcome = _supervise(cli_settings, first, scrub, output, exiting=exiting)
     except ConfigError as exc:
         for problem in exc.problems:
             say(scrub(problem.line()))
@@ -97,6 +105,8 @@ def run(cli_settings: dict[str, Any]) -> int:
         outcome = Outcome(INTERNAL_ERROR.number, INTERNAL_ERROR.says(error=f"{type(exc).__name__}: {exc}"))
     if outcome.exit_code != 0:
         write_termination_message(termination_log, scrub(outcome.termination_message()))
+    if output is not None:  # lines a slow reader has not taken yet: the process may end next
+        output.drain()
     return outcome.exit_code
 
 
@@ -120,18 +130,28 @@ def _plan_secrets(plan: Plan) -> list[str]:
     return secret_values({**os.environ, **{k: v for p in plan.processes for k, v in p.env.items()}})
 
 
-def _supervise(cli_settings: dict[str, Any], first: Inputs | ConfigError, scrub: Scrubber) -> Outcome:
-    import asyncio
+def _child_output(first: Inputs | ConfigError, scrub: Scrubber) -> ChildOutput:
+    """The launcher's stdout and stderr, shared by its own log and its children's lines."""
+    from launcher.supervise.logs import ChildOutput, wants_json
 
-    from launcher.supervise.logs import ChildOutput, configure, wants_json
+    return ChildOutput(wants_json(_setting(first, "log_format")), scrub)
 
-    as_json = wants_json(_setting(first, "log_format"))
-    output = ChildOutput(as_json, scrub)
-    log = configure(as_json, scrub, output.stderr)
+
+def _supervise(
+    cli_settings: dict[str, Any],
+    first: Inputs | ConfigError,
+    scrub: Scrubber,
+    output: ChildOutput,
+    *,
+    exiting: bool,
+) -> Outcome:
+    from launcher.supervise.logs import configure
+
+    log = configure(output.as_json, scrub, output.stderr)
     if isinstance(first, Inputs):
         _log_notes(first.plan, log)
     try:
-        outcome = asyncio.run(_run(cli_settings, first, log, output, scrub))
+        outcome = _until_complete(_run(cli_settings, first, log, output, scrub), exiting=exiting)
     except ConfigError as exc:
         log.error("preflight failed", problems=[str(p) for p in exc.problems])
         raise
@@ -142,6 +162,57 @@ def _supervise(cli_settings: dict[str, Any], first: Inputs | ConfigError, scrub:
     else:
         log.info("exiting", code=0, reason=outcome.reason)
     return outcome
+
+
+def _until_complete(main: Coroutine[Any, Any, Outcome], *, exiting: bool) -> Outcome:
+    """asyncio.run's life cycle, but when the process ends right after (exiting) the loop is not
+    closed: closing it removes the launcher's 44 signal handlers one by one (~4.5 ms on the path from
+    an engine's death to the pod's exit, bench/results/supervisor.md), and they end with the process
+    anyway; a signal that comes meanwhile finds the loop's no-op handlers. Tasks left are cancelled
+    either way, and thread work still in flight (a preflight probe's subprocess) is waited for, so
+    nothing it started outlives the launcher; idle threads are left to end with the process."""
+    import asyncio
+
+    loop = asyncio.new_event_loop()
+    threads = _ThreadWork()
+    loop.set_default_executor(threads)  # asyncio.to_thread's
+    asyncio.set_event_loop(loop)
+    try:
+        return loop.run_until_complete(main)
+    finally:
+        try:
+            left = asyncio.all_tasks(loop)
+            for task in left:
+                task.cancel()
+            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
+            loop.run_until_complete(loop.shutdown_asyncgens())
+            if not exiting:
+                loop.run_until_complete(loop.shutdown_default_executor())
+            elif threads.busy:
+                threads.shutdown(wait=True)
+        finally:
+            if not exiting:
+                asyncio.set_event_loop(None)
+                loop.close()
+
+
+class _ThreadWork(concurrent.futures.ThreadPoolExecutor):
+    """The loop's default executor, which knows whether any work is in flight: joining its idle
+    threads at exit costs a wake-up each (~5 ms on a loaded 2-core box) and saves nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._pending: set[concurrent.futures.Future[Any]] = set()
+
+    def submit(self, fn: Callable[..., T], /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[T]:
+        future = super().submit(fn, *args, **kwargs)
+        self._pending.add(future)
+        future.add_done_callback(self._pending.discard)
+        return future
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._pending)
 
 
 def _log_notes(plan: Plan, log: Log) -> None:

@@ -16,6 +16,7 @@ import os
 import re
 import select
 import sys
+import time
 from collections import deque
 from collections.abc import Callable, Iterator, MutableMapping
 from datetime import datetime, timezone
@@ -107,6 +108,7 @@ def record(process: str, severity: str, message: str) -> dict[str, Any]:
 
 
 QUEUE_LIMIT = 1 << 20  # bytes of output held per stream while its reader is slow
+FINAL_DRAIN_SECONDS = 2.0  # at exit, how long a reader that fell behind is waited for (then dropped)
 
 
 class FdWriter:
@@ -149,6 +151,13 @@ class FdWriter:
         """Outside the loop, what the reader cannot take at once stays queued (or is dropped)."""
         self._watch(False)
         self.loop = None
+
+    def drain(self, deadline: float) -> None:
+        """Blocks until the queue is written out or the monotonic deadline passes: the process
+        ends next (os._exit), and what is still queued then is lost."""
+        while self.queue and (remaining := deadline - time.monotonic()) > 0:
+            select.select([], [self.fd], [], remaining)
+            self.pump()
 
     def pump(self) -> None:
         while self.queue:
@@ -207,6 +216,12 @@ class ChildOutput:
     def detach(self) -> None:
         self.stdout.detach()
         self.stderr.detach()
+
+    def drain(self, seconds: float = FINAL_DRAIN_SECONDS) -> None:
+        """Before the process ends: what a slow reader has not taken yet, within `seconds` for both."""
+        deadline = time.monotonic() + seconds
+        self.stdout.drain(deadline)
+        self.stderr.drain(deadline)
 
     def _notice(self, count: int) -> str:
         event = f"{count} lines dropped: the reader of the launcher's output was too slow"

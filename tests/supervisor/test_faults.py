@@ -251,3 +251,19 @@ def test_bad_input_spawns_nothing(make_pod: MakePod) -> None:
     assert_clean_exit(pod, pod.finish(), 2)
     assert pod.stderr.startswith("llm-d-launcher: error: LLMD_EXTRA_ARGS")
     assert "Traceback" not in pod.output()
+
+
+def test_a_killed_engines_workers_are_reparented_to_the_launcher_and_stopped(make_pod: MakePod) -> None:
+    """The engine's workers outlive its SIGKILLed main process; the launcher is their child
+    subreaper (PR_SET_CHILD_SUBREAPER), so they become its children and its stop reaches them, not
+    the node's init."""
+    pod = make_pod({"STANDIN_ENGINE": "workers=2"}).start()
+    pod.wait_for("render | stand-in render up")
+    pod.wait_for("engine | stand-in engine up")
+    engine = pod.children()["engine"]
+    workers = engine.children()
+    assert len(workers) == 2, pod.output()
+    engine.kill()
+    assert_clean_exit(pod, pod.finish(), 137)
+    orphans = [line for line in pod.stderr.splitlines() if "reaped orphaned process" in line]
+    assert sorted(int(line.split("pid=")[1].split()[0]) for line in orphans) == sorted(w.pid for w in workers)

@@ -74,3 +74,23 @@ def test_as_pid_1_it_reaps_orphans_and_stops_on_sigterm(make_pod: MakePod, tmp_p
     code = pod.finish()  # unshare exits with its child's code
     assert code == 0, pod.output()
     assert pod.leftovers() == [], pod.output()
+
+
+def test_as_pid_1_a_killed_launcher_takes_the_engines_workers_along(make_pod: MakePod) -> None:
+    """The parent-death signal reaches only the launcher's direct children: outside a PID namespace
+    the engine's workers (its grandchildren) outlive a SIGKILLed launcher (docs/running-a-pod.md,
+    "Signals"). In a pod the launcher is PID 1, and the kernel kills every process of the namespace
+    when PID 1 dies (pid_namespaces(7)), its grandchildren included."""
+    pod = make_pod({"STANDIN_ENGINE": "workers=2"})
+    pod.wrapper = [*PID_NAMESPACE, "--mount-proc"]
+    pod.start()
+    pod.wait_for("engine | stand-in engine up")
+    launcher = _launcher(pod)
+    engine = next(c for c in launcher.children() if "serve" in c.cmdline())
+    assert len(engine.children()) == 2, pod.output()
+    launcher.kill()
+    pod.finish()  # unshare's own code when its child died of a signal varies between versions
+    deadline = time.monotonic() + 5
+    while pod.leftovers() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert pod.leftovers() == [], pod.output()

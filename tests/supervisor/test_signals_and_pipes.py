@@ -171,3 +171,32 @@ def test_shm_dir_at_the_model_is_refused_and_the_model_kept(make_pod: MakePod) -
     assert pod.finish() == 2
     assert "LLMD_SHM_DIR" in pod.stderr and pod.leftovers() == []
     assert "psm_1a2b3c4d" in before and sorted(p.name for p in model.iterdir()) == before
+
+
+def test_a_slow_reader_still_gets_every_line_said_before_the_exit(make_pod: MakePod) -> None:
+    """The entry point ends with os._exit (no loop teardown, no interpreter clean-up): lines still
+    queued for a reader that fell behind are written first (within FINAL_DRAIN_SECONDS), and the
+    termination message is on disk by the time the exit is seen. A container runtime may read the
+    pipe a little after the engine's death; the engine's last words are the ones a post-mortem needs."""
+    pod = make_pod({"STANDIN_ENGINE": "lines=2000,exit=3"})  # ~330 KB of text: 5 pipes' worth
+    env = {**_piped_env(pod), "LLMD_TERMINATION_LOG": str(pod.termination_log)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "launcher", "run"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    try:
+        time.sleep(1.0)  # not read meanwhile: the engine has said everything and died by now
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 3, err[-2000:]
+        lines = err.decode().splitlines()
+        said = [line for line in lines if line.startswith("engine | stand-in log line ")]
+        assert len(said) == 2000, (len(said), lines[-5:])
+        assert "engine | stand-in exiting with 3" in lines, lines[-5:]
+        assert "] exiting code=3 " in lines[-1], lines[-5:]  # the launcher's last line, last
+        assert "lines dropped" not in err.decode()
+        assert pod.termination_log.read_text().startswith("engine exited with code 3")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        for leftover in tagged(pod.tag):
+            with contextlib.suppress(psutil.Error):
+                leftover.kill()
