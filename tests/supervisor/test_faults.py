@@ -130,7 +130,7 @@ def test_leader_name_never_resolves(make_pod: MakePod) -> None:
     started = time.monotonic()
     code = pod.finish()
     assert_clean_exit(pod, code, 2)
-    assert time.monotonic() - started < 8
+    assert time.monotonic() - started < 30  # bounded, not fast: 2 s of waiting, the rest is load
     expected = "error: LWS_LEADER_ADDRESS: leader.invalid did not resolve to an IP within 2 s"
     assert expected in pod.stderr
     assert "process=engine" not in pod.stderr  # nothing spawned
