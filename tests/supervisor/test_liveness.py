@@ -66,12 +66,14 @@ def test_an_engine_stopped_briefly_is_no_false_alarm(make_pod: MakePod) -> None:
 
 
 def test_an_overrun_start_up_ends_the_pod_with_exit_6_naming_the_phase(make_pod: MakePod) -> None:
-    pod = make_pod({"STANDIN_ENGINE": "slow-start=20", "LLMD_STARTUP_SECONDS": "3"}, render=False).start()
+    # The stand-in loads for 10 s and ends a shard bar every 2 s (each bar is read once the next \r
+    # comes): a 6 s deadline falls inside the load with a bar read, even if the stand-in starts late.
+    pod = make_pod({"STANDIN_ENGINE": "slow-start=20", "LLMD_STARTUP_SECONDS": "6"}, render=False).start()
     code = pod.finish(timeout=30)
     assert code == 6, pod.output()
     assert pod.leftovers() == [], pod.output()
     message = pod.termination_log.read_text()
-    assert message.startswith("start-up deadline: not started within LLMD_STARTUP_SECONDS=3 s; stuck in "), (
+    assert message.startswith("start-up deadline: not started within LLMD_STARTUP_SECONDS=6 s; stuck in "), (
         message
     )
     assert "loading weights at " in message and " %" in message, message
