@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Literal
 
 from launcher.config.recipe import ArgValue
@@ -45,8 +45,17 @@ class Arg:
     tokens: tuple[str, ...]
 
 
-def arg(flag: str, value: ArgValue = True, style: Style = "gnu") -> list[Arg]:
-    """Render one flag; [] when the value is None (omitted)."""
+def no_form(flag: str) -> str:
+    """How a `false` switch is written when the engine's catalogue says nothing else: argparse's
+    BooleanOptionalAction form (vLLM 0.32: --no-enable-prefix-caching)."""
+    return f"no-{flag}"
+
+
+def arg(
+    flag: str, value: ArgValue = True, style: Style = "gnu", off: Callable[[str], str] = no_form
+) -> list[Arg]:
+    """Render one flag; [] when the value is None (omitted). off: the flag that turns a switch off
+    (roles/flags.py off_switch: the form the engine in use accepts); the key stays the recipe's flag."""
     if value is None:
         return []
     if style == "gflags":
@@ -54,14 +63,16 @@ def arg(flag: str, value: ArgValue = True, style: Style = "gnu") -> list[Arg]:
     if value is True:
         return [Arg(flag_key(flag), (f"--{flag}",))]
     if value is False:
-        return [Arg(flag_key(flag), (f"--no-{flag}",))]
+        return [Arg(flag_key(flag), (f"--{off(flag)}",))]
     if isinstance(value, list):
         return [Arg(flag_key(flag), (f"--{flag}", *(_scalar(v) for v in value)))]
     return [Arg(flag_key(flag), (f"--{flag}", _scalar(value)))]
 
 
-def args_from(mapping: Mapping[str, ArgValue], style: Style = "gnu") -> list[Arg]:
-    return [a for flag, value in mapping.items() for a in arg(flag, value, style)]
+def args_from(
+    mapping: Mapping[str, ArgValue], style: Style = "gnu", off: Callable[[str], str] = no_form
+) -> list[Arg]:
+    return [a for flag, value in mapping.items() for a in arg(flag, value, style, off)]
 
 
 _NUMBER = re.compile(r"^-(\d+|\d*\.\d+)$")  # argparse's own test for a negative number

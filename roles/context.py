@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from launcher.config.defaults import PROBE_PORT
 from launcher.config.recipe import ArgValue, Recipe
@@ -23,7 +24,14 @@ from launcher.contract.plan import (
 from launcher.contract.record import record
 from roles.args import Arg, args_from, flag_key, flatten, merge_extra, split_extra_args
 from roles.derive import PodFacts
-from roles.flags import FlagCatalog, check_flags, check_secret_abbreviations, known_secret_flags
+from roles.flags import (
+    FlagCatalog,
+    check_flags,
+    check_secret_abbreviations,
+    known_secret_flags,
+    off_switch,
+    switch_key,
+)
 from roles.probes import build_probes
 
 EXTRA_ARGS = "LLMD_EXTRA_ARGS"
@@ -97,17 +105,28 @@ class BuildContext:
             place = f"{source.label}: pools.{self.pool_name}.{where}"
             problems = [
                 Problem(p.setting, f"{place}: {p.message}", p.fix)
-                for p in self._check(args_from(args), source.setting, catalog)
+                for p in self._check(self.recipe_args(args, catalog), source.setting, catalog)
             ]
         if problems:
             raise ConfigError(problems)
+
+    def recipe_args(self, args: Mapping[str, ArgValue], catalog: str | None = None) -> list[Arg]:
+        """A recipe's args as the pod's engine writes them: a `false` switch in the off form its
+        catalogue names (roles/flags.py off_switch); a process without one (catalog None) gets --no-X."""
+        engine = self.catalog if catalog is not None else None
+        return args_from(args, off=lambda flag: off_switch(engine, flag))
 
     def command(
         self, prefix: list[str], args: list[Arg], owned: Mapping[str, str], catalog: str | None = None
     ) -> tuple[tuple[str, ...], list[str]]:
         """The main process's argv: prefix, generated args, then LLMD_EXTRA_ARGS merged explicitly."""
-        extra = split_extra_args(self.extra_args, EXTRA_ARGS)
-        merged, notes = merge_extra(args, extra, owned, EXTRA_ARGS)
+        engine = self.catalog if catalog is not None else None
+
+        def paired(group: list[Arg]) -> list[Arg]:
+            return [replace(a, key=switch_key(engine, a.key)) for a in group]
+
+        extra = paired(split_extra_args(self.extra_args, EXTRA_ARGS))
+        merged, notes = merge_extra(paired(args), extra, owned, EXTRA_ARGS)
         problems = self._check(extra, EXTRA_ARGS, catalog)
         if problems:
             raise ConfigError(problems)

@@ -18,7 +18,7 @@ from typing import Any
 from launcher.contract.errors import Problem
 from launcher.contract.record import record
 from launcher.contract.redact import flag_name, is_secret_flag
-from roles.args import Arg
+from roles.args import Arg, no_form
 
 SKIP_FIX = (
     "fix it; for a flag the engine in the image has and the catalogue lacks, name it in LLMD_ALLOW_FLAGS"
@@ -79,6 +79,38 @@ def choose_catalog(
     same = [c for c in candidates if c.version == release]
     built = [c for c in candidates if c.source != BUILT_IN]
     return (same or built or [load_catalog(name, default_version)])[0]
+
+
+# vLLM 0.33 pairs --enable-X with --disable-X (EnableDisableAction, vllm/utils/argparse_utils.py): its
+# parser still reads 0.32's --no-enable-X / --no-disable-X but hides them (not in its help, nor in the
+# catalogue), so a recipe `false` takes the other half of the pair, the form the engine documents.
+_PAIRS = (("enable-", "disable-"), ("disable-", "enable-"))
+
+
+def off_switch(catalog: FlagCatalog | None, flag: str) -> str:
+    """The flag (without --) that turns the switch `flag` off on this catalogue's engine: --no-X where
+    the catalogue has it (vLLM 0.32 and any BooleanOptionalAction), else the other half of a vLLM 0.33
+    --enable-X/--disable-X pair; else --no-X, which check_flags refuses with the fix."""
+    if catalog is None:
+        return no_form(flag)
+    name = flag.replace("_", "-") if catalog.underscores else flag
+    if f"--{no_form(name)}" in catalog.flags or f"--{name}" not in catalog.flags:
+        return no_form(flag)
+    for prefix, other in _PAIRS:
+        paired = other + name.removeprefix(prefix)
+        if name.startswith(prefix) and f"--{paired}" in catalog.flags:
+            return paired
+    return no_form(flag)
+
+
+def switch_key(catalog: FlagCatalog | None, key: str) -> str:
+    """One merge identity for both halves of a vLLM 0.33 pair (roles/args.py flag_key already joins
+    --X and --no-X): an LLMD_EXTRA_ARGS --disable-X replaces the recipe's enable-X."""
+    if catalog is not None and key.startswith("disable-"):
+        enable = "enable-" + key.removeprefix("disable-")
+        if off_switch(catalog, enable) == key:
+            return enable
+    return key
 
 
 def check_flags(
@@ -160,6 +192,12 @@ def _check_one(catalog: FlagCatalog, item: Arg, setting: str, allowed: Collectio
 def _unknown(catalog: FlagCatalog, head: str, base: str, setting: str) -> Problem:
     switch = "--" + base.removeprefix("--no-")
     if base.startswith("--no-") and catalog.flags.get(switch, {"value": ""}).get("value") is None:
+        if (off := "--" + off_switch(catalog, switch[2:])) != base:
+            return Problem(
+                setting,
+                f"{head}: {catalog.label} turns {switch} off with {off}",
+                f"write {off} (a recipe `{switch[2:]}: false` renders it)",
+            )
         return Problem(
             setting,
             f"{head}: {switch} has no --no- form in {catalog.label} (a recipe `false` writes one)",

@@ -20,7 +20,7 @@ from launcher.contract.plan import (
     ProgressSource,
     RoleKind,
 )
-from roles.args import Arg, arg, args_from, flag_key
+from roles.args import Arg, arg, flag_key
 from roles.context import BuildContext, owned_flags
 from roles.engines.family import EngineFamily
 from roles.memory import size_of
@@ -72,7 +72,7 @@ def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
             flag_key(f) for f in pool.args
         }:  # the forward-progress watch reads its token counters
             args += arg("enable-metrics")
-    args += args_from(pool.args)
+    args += ctx.recipe_args(pool.args, SGLANG.catalog)
     argv, notes = ctx.command(LAUNCH_SERVER, args, _OWNED, SGLANG.catalog)
 
     ports: list[PortSpec] = []

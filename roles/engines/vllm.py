@@ -113,7 +113,7 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
     args += arg("shutdown-timeout", ctx.shutdown.drain)
     if serves and ACCESS_LOG_FLAG not in pool.args:
         args += arg(ACCESS_LOG_FLAG, ",".join(_polled_paths(pool)))
-    args += args_from(pool.args)
+    args += ctx.recipe_args(pool.args, VLLM.catalog)
     if pool.kv_events:
         topic = kv_events_topic(ctx.pod.pod_ip, pool.port, model.name)
         args += arg(
