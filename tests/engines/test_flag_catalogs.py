@@ -21,6 +21,7 @@ pytestmark = pytest.mark.engines
         ("vllm", "vllm", "vllm-serve-0.32.0.json"),
         ("vllm-033", "vllm", "vllm-serve-0.33.0.json"),  # parser-only: scripts/install-engines.sh
         ("sglang", "sglang", "sglang-server-0.5.23.json"),
+        ("sglang-0522", "sglang", "sglang-server-0.5.22.json"),  # parser-only: scripts/install-engines.sh
     ],
 )
 def test_catalog_build_writes_the_built_in_catalogue(

@@ -78,7 +78,7 @@ def test_engine_venvs_are_the_ones_install_engines_built() -> None:
     """The tests ran the versions scripts/install-engines.sh pins, not whatever a venv held."""
     script = (Path(__file__).parents[2] / "scripts" / "install-engines.sh").read_text()
     pinned = dict(re.findall(r'install_(\w+)\(\) \{\n(?:.*\n)*?\s+local stamp="([^"]+)"', script))
-    assert set(pinned) == {"vllm", "vllm_033", "sglang", "sglang_full", "mooncake", "pkgcheck"}
+    assert set(pinned) == {"vllm", "vllm_033", "sglang", "sglang_0522", "sglang_full", "mooncake", "pkgcheck"}
     for function, stamp in pinned.items():
         venv = function.replace("_", "-")  # install_sglang_full builds .venvs/sglang-full
         assert (VENVS / venv / ".stamp").read_text().strip() == stamp, venv

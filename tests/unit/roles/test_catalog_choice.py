@@ -91,13 +91,11 @@ def test_allow_flags_never_lets_a_secret_or_a_derived_flag_through(run_cli: Any)
     assert code == 2 and "--port" in err
 
 
-def _messages(version: str, text: str) -> list[str]:
+def _messages(version: str, text: str, name: str = "vllm-serve") -> list[str]:
     from roles.args import split_extra_args
     from roles.flags import check_flags
 
-    return [
-        p.message for p in check_flags(load_catalog("vllm-serve", version), split_extra_args(text, "X"), "X")
-    ]
+    return [p.message for p in check_flags(load_catalog(name, version), split_extra_args(text, "X"), "X")]
 
 
 def test_vllm_033_renamed_the_no_forms_of_its_switches() -> None:
@@ -115,3 +113,19 @@ def test_a_flag_new_in_033_passes_only_with_the_033_catalogue() -> None:
     assert _messages("0.33.0", "--watchdog-config {}") == []
     [problem] = _messages("0.32.0", "--watchdog-config {}")
     assert "--watchdog-config is not a vllm serve 0.32.0 flag" in problem
+
+
+def test_sglang_0523_changed_flags_against_0522() -> None:
+    """Real differences (both catalogues built from the engines' parsers): 0.5.23 dropped
+    --speculative-skip-dp-mlp-sync, added --enable-hicache (among 12), and gave four store_true switches
+    a --no- form (BooleanOptionalAction)."""
+    assert _messages("0.5.22", "--speculative-skip-dp-mlp-sync", "sglang-server") == []
+    [gone] = _messages("0.5.23", "--speculative-skip-dp-mlp-sync", "sglang-server")
+    assert "--speculative-skip-dp-mlp-sync is not a sglang.launch_server 0.5.23 flag" in gone
+    assert _messages("0.5.23", "--enable-hicache", "sglang-server") == []
+    [new] = _messages("0.5.22", "--enable-hicache", "sglang-server")
+    assert "--enable-hicache is not a sglang.launch_server 0.5.22 flag" in new
+    assert _messages("0.5.23", "--no-enable-tf32-matmul", "sglang-server") == []
+    [no_form] = _messages("0.5.22", "--no-enable-tf32-matmul", "sglang-server")
+    assert "--enable-tf32-matmul has no --no- form in sglang.launch_server 0.5.22" in no_form
+    assert choose_catalog(built_in_catalogs(), "sglang-server", "0.5.22", "0.5.23").version == "0.5.22"

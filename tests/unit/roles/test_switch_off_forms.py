@@ -69,7 +69,7 @@ def test_every_no_form_033_hid_has_its_pair_in_the_033_catalogue() -> None:
 
 
 def test_an_engine_without_off_forms_still_gets_no_x_and_the_fix() -> None:
-    """SGLang 0.5.23 has store_true switches only: a recipe `false` renders --no-X, refused with its fix."""
+    """SGLang 0.5.23 writes most switches store_true: a recipe `false` renders --no-X, refused."""
     assert off_switch(SGLANG, "enable-metrics") == "no-enable-metrics"
     tpu = json.loads(json.dumps(KIMI.model_dump(mode="json", by_alias=True)))
     tpu["pools"]["tpu"]["args"]["enable-hierarchical-cache"] = False
