@@ -11,12 +11,14 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from launcher.contract.phases import LOADING_WEIGHTS
 from launcher.contract.plan import StartupOutput
 
-# tqdm bars of every weight loader of both engines: "<desc>: 42% Completed | 5/12 [" (vLLM's format)
-# or "<desc>:  42%|████      | 5/12 [" (tqdm's default, SGLang's fastsafetensors path).
-_SHARDS = re.compile(r"(?P<desc>Loading [^:|]{1,80}):\s+\d{1,3}%.*?\|\s*(?P<n>\d+)/(?P<total>\d+)\s*\[")
+# tqdm bars of every weight loader of both engines: "<desc>: 42% Completed | 5/12 [" (vLLM's format;
+# SGLang 0.5.23's "Multi-thread loading shards") or "<desc>:  42%|████      | 5/12 [" (tqdm's default,
+# SGLang's fastsafetensors path).
+_SHARDS = re.compile(
+    r"(?P<desc>(?:[\w-]+ )?[Ll]oading [^:|]{1,80}):\s+\d{1,3}%.*?\|\s*(?P<n>\d+)/(?P<total>\d+)\s*\["
+)
 _SOURCE = re.compile(r"^\((?P<source>[^)]{1,80})\)")  # vLLM: (EngineCore_DP0 pid=12) for each rank
 
 
@@ -32,20 +34,21 @@ class StartupProgress:
     """Fed the engine's output lines until start-up ends."""
 
     output: StartupOutput | None  # None: a process whose output tells nothing (a Mooncake service)
-    phase: str | None = None  # the latest phase the engine's output named
+    # The latest phase the engine's output named; None (unknown) until a phase line comes, so an engine
+    # whose lines changed shows the launcher's own phase, never a stale or wrong one.
+    phase: str | None = None
     shards: dict[str, ShardProgress] = field(default_factory=dict)  # by the rank that printed the bar
 
     def feed(self, line: str) -> bool:
         """True when the line changed what is known."""
         if self.output is None:
             return False
-        if "Loading " in line and "/" in line and (bar := _SHARDS.search(line)):
+        if "oading " in line and "/" in line and (bar := _SHARDS.search(line)):
             source = m.group("source") if (m := _SOURCE.match(line)) else ""
             self.shards[source] = ShardProgress(
                 bar.group("desc"), int(bar.group("n")), int(bar.group("total"))
             )
-            self.phase = LOADING_WEIGHTS
-            return True
+            return True  # progress only: a bar's end says nothing of the phase after it
         for pattern in self.output.phases:
             if pattern.text in line:
                 self.phase = pattern.phase

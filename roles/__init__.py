@@ -78,7 +78,16 @@ def build_plan(
         startup_seconds=settings.startup_seconds,
     )
     plan = family.build(ctx, derived.pool)
-    plan = replace(plan, notes=(*plan.notes, *_input_notes(settings, recipe, derived.pool, ctx.shutdown)))
+    notes = _input_notes(settings, recipe, derived.pool, ctx.shutdown)
+    version = found.engine_version
+    if version and family.startup_phases and family.phase_lines(version) is None:
+        newest = family.startup_phases[-1]
+        notes.append(
+            f"{family.name} {version}: start-up phases are read with the lines of {family.name} "
+            f"{newest.since} to before {newest.before}; a phase its output no longer announces shows as "
+            "the launcher's own, with the weight-loading progress still read"
+        )
+    plan = replace(plan, notes=(*plan.notes, *notes))
     plan = with_host_needs(plan, family, derived.pool, derived.role.pool, derived.pod.pod_ip, catalog)
     plan = fill_rdma(plan, found.rdma)
     return plan if found.interface is None else fill_interface(plan, found.interface)

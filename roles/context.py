@@ -62,6 +62,12 @@ class BuildContext:
     def pool_name(self) -> str:
         return self.role.pool
 
+    @property
+    def engine_release(self) -> str | None:
+        """The engine release the pod is planned for: its flag catalogue's (the installed one's when a
+        catalogue has it, roles/flags.py choose_catalog)."""
+        return self.catalog.version if self.catalog else None
+
     def env(self, *layers: Mapping[str, str]) -> dict[str, str]:
         """Layers in order of increasing priority, LLMD_EXTRA_ENV last."""
         merged: dict[str, str] = {}

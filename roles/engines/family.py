@@ -7,6 +7,7 @@ the Plan, so `healthchecks/` and `launcher/supervise/` hold no engine facts (doc
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
@@ -30,6 +31,26 @@ def no_rdma(pool: Any, where: str) -> RdmaNeed | None:
 
 def no_master(pool: Any, where: str) -> StoreMaster | None:
     return None
+
+
+def release(version: str) -> tuple[int, ...]:
+    """0.33.0+cpu -> (0, 33, 0): the numeric release, enough to order an engine's versions (packaging
+    stays out of the dry-run's imports)."""
+    found = re.match(r"\d+(?:\.\d+)*", version)
+    return tuple(int(part) for part in found.group().split(".")) if found else ()
+
+
+@record
+class PhaseLines:
+    """The output lines that announce start-up phases in a range of an engine's releases: read from real
+    start-up logs of those releases (tests/fixtures/startup-logs/), [since, before)."""
+
+    since: str
+    before: str
+    patterns: tuple[PhasePattern, ...]
+
+    def holds_for(self, version: str) -> bool:
+        return release(self.since) <= release(version) < release(self.before)
 
 
 @record
@@ -59,12 +80,21 @@ class EngineFamily(Generic[P]):
     # launcher keeps off argv); the forward-progress canary sends that key.
     api_key_env: str | None = None
     served_metrics: tuple[str, ...] = ()  # its /metrics families that grow with requests served
-    startup_phases: tuple[PhasePattern, ...] = ()  # output lines that announce a start-up phase
+    startup_phases: tuple[PhaseLines, ...] = ()  # output lines that announce a start-up phase, by release
     ready_timeout_env: str | None = None  # its own start-up timeout, raised to the launcher's deadline
     shm_segments: tuple[str, ...] = ()  # regexes of the /dev/shm files it leaves behind when it crashes
     # Why pods of one group must not share /dev/shm unless they share the network (None: no such trap).
     shm_across_pods: str | None = None
 
-    @property
-    def startup_output(self) -> StartupOutput | None:
-        return StartupOutput(self.name, self.startup_phases) if self.startup_phases else None
+    def phase_lines(self, version: str | None) -> PhaseLines | None:
+        """The range holding the engine's release; None when no range does."""
+        return next((r for r in self.startup_phases if version and r.holds_for(version)), None)
+
+    def startup_output(self, version: str | None) -> StartupOutput | None:
+        """How the output of this release tells its start-up phase. A release outside every range reads
+        the newest range's lines: a line it no longer prints leaves the phase unknown, never a wrong one
+        (healthchecks/progress.py), and the plan says so (roles/__init__.py)."""
+        if not self.startup_phases:
+            return None
+        lines = self.phase_lines(version) or self.startup_phases[-1]
+        return StartupOutput(self.name, lines.patterns)

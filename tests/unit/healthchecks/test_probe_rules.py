@@ -219,7 +219,7 @@ VLLM_LINES = [
 
 
 def test_vllm_bar_and_phases() -> None:
-    progress = StartupProgress(VLLM.startup_output)
+    progress = StartupProgress(VLLM.startup_output("0.32.0"))
     assert progress.feed(VLLM_LINES[0]) and progress.phase == LOADING_WEIGHTS
     assert progress.weight_ratio is None
     progress.feed(VLLM_LINES[1])
@@ -248,7 +248,7 @@ def test_vllm_bar_and_phases() -> None:
 def test_sglangs_distributed_init_is_a_phase_of_its_own() -> None:
     """A multi-host group that cannot meet hangs here (SGLang 0.5.23 srt/distributed/bootstrap.py): a
     start-up deadline must name it, not the phase before."""
-    progress = StartupProgress(SGLANG.startup_output)
+    progress = StartupProgress(SGLANG.startup_output("0.5.23"))
     assert progress.feed("[2026-11-30 12:00:00 TP0] Init parallel begin.")
     assert progress.phase == DISTRIBUTED_INIT
     progress.feed("[2026-11-30 12:00:09 TP0] Load weight begin. avail mem=94.1 GB")
@@ -256,21 +256,21 @@ def test_sglangs_distributed_init_is_a_phase_of_its_own() -> None:
 
 
 def test_fastsafetensors_and_tqdm_default_bar_format() -> None:
-    progress = StartupProgress(SGLANG.startup_output)
+    progress = StartupProgress(SGLANG.startup_output("0.5.23"))
     progress.feed("[2026-11-30 12:00:00 TP0] Load weight begin. avail mem=94.1 GB")
     assert progress.phase == LOADING_WEIGHTS
     progress.feed(
         "Loading safetensors using Fastsafetensor loader:  50%|█████     | 32/64 [01:00<01:00,  1.9s/it]"
     )
     assert progress.weight_ratio == 0.5
-    fast = StartupProgress(VLLM.startup_output)
+    fast = StartupProgress(VLLM.startup_output("0.32.0"))
     fast.feed("Loading fastsafetensors checkpoint shards:  25% Completed | 16/64 [00:10<00:30,  1.6it/s]")
     assert fast.weight_ratio == 0.25
 
 
 def test_data_parallel_ranks_are_summed() -> None:
     """Four local DP ranks each print their own bar: progress is shards loaded over all of them."""
-    progress = StartupProgress(VLLM.startup_output)
+    progress = StartupProgress(VLLM.startup_output("0.32.0"))
     for rank, loaded in enumerate((4, 2, 0, 2)):
         progress.feed(
             f"(EngineCore_DP{rank} pid={100 + rank}) Loading safetensors checkpoint shards: "
@@ -312,7 +312,7 @@ class FakeSupervisor:
 
 ENGINE = Check("engine", "engine", HttpCheck(8000, "/health"))
 RENDER = Check("render", "render", HttpCheck(8089, "/health"))
-PROBES = Probes(8090, ready=(ENGINE, RENDER), started=ENGINE, progress=VLLM.startup_output)
+PROBES = Probes(8090, ready=(ENGINE, RENDER), started=ENGINE, progress=VLLM.startup_output("0.32.0"))
 
 
 class Clock:

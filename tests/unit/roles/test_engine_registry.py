@@ -35,7 +35,7 @@ def test_a_plan_carries_its_familys_runtime_facts(recipe: str, pool: str) -> Non
     settings = Settings(recipe=recipe, pool=pool, pod_ip="10.0.0.7", stall_seconds=60)
     plan = build_plan(settings, loaded)
     assert plan.probes is not None
-    assert plan.probes.progress == family.startup_output
+    assert plan.probes.progress == family.startup_output(family.catalog_version or None)
     assert plan.needs.shm_segments == family.shm_segments
     assert plan.needs.host_ip_var == family.host_ip_var
     if family.host_ip_var is not None:
