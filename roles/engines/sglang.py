@@ -152,7 +152,7 @@ SGLANG = EngineFamily(
     token_counters=("sglang:generation_tokens_total", "sglang:prompt_tokens_total"),
     busy_gauges=("sglang:num_running_reqs", "sglang:num_queue_reqs"),  # metrics_collector.py too
     # SGLang 0.5.23 srt/distributed/bootstrap.py (init_parallel_runtime), model_runner.py,
-    # cuda_graph_setup.py: its start-up log on CPU; 0.5.22 prints the same lines (its source).
+    # cuda_graph_setup.py; the same lines in 0.5.22 (both start-up logs on CPU).
     startup_phases=(
         PhaseLines(
             "0.5.22",

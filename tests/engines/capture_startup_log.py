@@ -5,8 +5,9 @@ seconds pass), stops its process group, and writes the output scrubbed and small
     python tests/engines/capture_startup_log.py OUT READY TIMEOUT ENGINE-ARGV...
 
 Run it in the engine's environment (tests/engines/engine_venvs.py engine_env) and under the machine's
-real-engine lock. Scrubbed: terminal colours, this machine's paths (venvs, the model, temp dirs), and
-repeated route / import-error lines; very long lines (the full argument dump) are cut.
+real-engine lock. Scrubbed: terminal colours, this machine's paths (venvs, the model, temp dirs),
+repeated route / import-error lines and traceback frames (the exception lines stay); very long lines
+(the full argument dump) are cut.
 """
 
 from __future__ import annotations
@@ -21,19 +22,26 @@ import time
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _PATHS = (
     (re.compile(r"/[\w./-]*?/venvs/([\w-]+)"), r"/venvs/\1"),
+    (re.compile(r"/[\w./-]*?/lib/python3\.\d+/"), "/python/"),
     (re.compile(r"/tmp/[\w./-]*?/model\b"), "/models/tiny"),
     (re.compile(r"/tmp/[\w./-]+"), "/tmp/run"),
 )
 _REPEATED = ("Route: ", "Ignore import error", "warnings.warn(", "UserWarning")
 _KEEP_REPEATED = 2
 _LINE_LIMIT = 300
+_FRAME = re.compile(r'^(?:\(.*?\) ERROR .*?\] )?  (?:File "|\s*[\^~]+$)')  # a traceback frame, its carets
 
 
 def scrub(lines: list[str]) -> list[str]:
     seen = dict.fromkeys(_REPEATED, 0)
     out = []
+    in_frame = False  # the source line after a dropped frame line goes too
     for raw in lines:
         line = _ANSI.sub("", raw.rstrip("\n"))
+        if _FRAME.match(line) or (in_frame and re.match(r"^(?:\(.*?\) ERROR .*?\] )?    ", line)):
+            in_frame = True
+            continue
+        in_frame = False
         for pattern, replacement in _PATHS:
             line = pattern.sub(replacement, line)
         kind = next((k for k in _REPEATED if k in line), None)

