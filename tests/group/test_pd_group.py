@@ -6,13 +6,18 @@ pods). The connectors are the Kimi recipe's (tests/group/conftest.py pd_recipe):
 inside vLLM's MultiConnector. A request goes through the disagg sidecar STAND-IN
 (tests/standins/llm-d-router-disagg-sidecar), which follows the Go sidecar's nixlv2 two-step protocol.
 
-One group for the module (engines start in about a minute each on this machine); the tests run in file
-order and the last one kills the prefill engine.
+The engines run with the STAND-IN for "a machine with enough cores" on their PYTHONPATH
+(tests/standins/enough_cores: NIXL's progress thread polls every 1 ms instead of spinning a core, and
+vLLM's CPU pin of both model threads to core 1 is skipped); the fixture requires its marks in both pods'
+logs. Without it the decode engine took 4 to over 10 minutes to start on this 2-core machine.
+
+One group for the module; the tests run in file order and the last one kills the prefill engine.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -28,12 +33,15 @@ import pytest
 from tests.engines.conftest import build_tiny_model
 from tests.engines.engine_venvs import VENVS, engine_env
 from tests.group.conftest import REPO, GroupRun, leftovers, pd_recipe
+from tests.group.sockets import listener, owners, socket_inodes
 from tests.pods import STANDINS
 
 pytestmark = pytest.mark.group
 
 DECODE, MASTER, PREFILL = 0, 1, 2  # pod indexes: the group's pod, then the Services in --service order
 SIDE_CHANNEL = 5600  # the recipe's nixl.side_channel_port: global DP rank 0 listens here
+ENOUGH_CORES = STANDINS / "enough_cores"  # its sitecustomize.py, on the engines' PYTHONPATH
+STANDIN_MARKS = ("NIXL progress thread", "skipped vLLM's CPU NIXL pin")
 PASSAGE = (
     "The launcher reads the pod's environment, picks a role from the recipe and builds a plan; "
     "the engines move the KV cache between them while the sidecar only forwards two requests. "
@@ -66,7 +74,7 @@ def pd(tmp_path_factory: pytest.TempPathFactory, own_namespaces: None) -> Iterat
     env = {
         **engine_env(workdir),
         "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin",
-        "PYTHONPATH": str(REPO),
+        "PYTHONPATH": os.pathsep.join((str(REPO), str(ENOUGH_CORES))),
         "LLMD_BIN_PATH": f"{VENVS / 'vllm' / 'bin'}:{STANDINS}",  # vllm, mooncake_master, the sidecar
         "LLMD_LOG_FORMAT": "text",
         "LLMD_RECIPE_FILE": str(recipe),
@@ -85,6 +93,10 @@ def pd(tmp_path_factory: pytest.TempPathFactory, own_namespaces: None) -> Iterat
         run.wait("pods.json written", (workdir / "pods.json").exists, 300)
         took = run.wait_ready(timeout=600)
         print(f"P/D group ready {took:.0f} s after the runner started")
+        for index in (PREFILL, DECODE):
+            log = run.pod_output(index)
+            missing = [mark for mark in STANDIN_MARKS if f"stand-in enough_cores: {mark}" not in log]
+            assert not missing, f"pod {index} ran without the enough_cores stand-in: {missing}"
         yield run
     finally:
         tag = run.manifest()["tag"] if (workdir / "pods.json").exists() else None
@@ -153,8 +165,22 @@ def test_a_request_through_the_sidecar_moves_the_kv_cache_from_prefill_to_decode
     assert alone.json()["choices"][0]["text"] == answer.json()["choices"][0]["text"]
 
 
+def _plan(run: GroupRun, index: int) -> dict[str, Any]:
+    """`llm-d-launcher plan --format json` for a pod, with the env its launcher had (pods.json)."""
+    pod = run.pods()[index]
+    env = {**os.environ, "LLMD_RECIPE_FILE": str(run.workdir / "recipe.yaml"), "POD_IP": pod["ip"],
+           "POD_NAME": pod["name"], "POD_NAMESPACE": "default", "LLMD_POOL": "prefill"}  # fmt: skip
+    printed = subprocess.run(
+        [sys.executable, "-m", "launcher", "plan", "--format", "json"],
+        env=env, capture_output=True, text=True, check=True, cwd=REPO,
+    )  # fmt: skip
+    plan: dict[str, Any] = json.loads(printed.stdout)
+    return plan
+
+
 def test_the_side_channel_decode_dials_is_the_one_the_prefill_pod_listens_on(pd: GroupRun) -> None:
-    """What prefill hands back (the sidecar's first leg) names its pod IP and rank 0's planned port."""
+    """What prefill hands back (the sidecar's first leg) names its pod IP and rank 0's planned port, and
+    the socket listening there belongs to the prefill pod's engine, not to its launcher."""
     prefill = f"http://{_ip(pd, PREFILL)}:8000"
     leg = _complete(prefill, _prompt("side-channel"), max_tokens=1, kv_transfer_params={
         "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
@@ -162,6 +188,16 @@ def test_the_side_channel_decode_dials_is_the_one_the_prefill_pod_listens_on(pd:
     })  # fmt: skip
     params = leg.json()["kv_transfer_params"]
     assert (params["remote_host"], params["remote_port"]) == (_ip(pd, PREFILL), SIDE_CHANNEL)
+    planned = _plan(pd, PREFILL)["processes"][0]["env"]  # the engine's: the critical process is first
+    dialled = (params["remote_host"], str(params["remote_port"]))
+    assert dialled == (planned["VLLM_NIXL_SIDE_CHANNEL_HOST"], planned["VLLM_NIXL_SIDE_CHANNEL_PORT"])
+    engine = pd.engine(PREFILL)
+    listening = listener(engine.pid, params["remote_port"])  # in the prefill pod's network namespace
+    assert listening is not None and listening.local[0] in (params["remote_host"], "0.0.0.0")
+    held_by = owners(listening.inode, [engine, *engine.children(recursive=True)])
+    print(f"side channel {dialled}: listened on by {[(p.pid, p.name()) for p in held_by]}")
+    assert held_by  # a process of the prefill engine's tree ...
+    assert listening.inode not in socket_inodes(pd.launcher(PREFILL))  # ... and not the launcher
     # Decode takes the blocks (and so releases them on prefill at once, not after the 30 s lease).
     taken = _complete(f"http://{_ip(pd, DECODE)}:8200", _prompt("side-channel"), kv_transfer_params=params)
     assert taken.status_code == 200
