@@ -107,6 +107,21 @@ KV_EVENT_BLOCK_SIZE_MISMATCH = MetricSpec(
     "1 while BlockStored events carry another block_size than the router's blockSizeTokens",
     ("rank",),
 )
+KV_EVENT_BLOCK_SIZE = MetricSpec(
+    "kv_event_block_size",
+    "gauge",
+    "the block_size the engine's latest BlockStored carried: pods that exchange KV or share a router "
+    "must agree on it (count_values over every pod of a model)",
+    ("rank",),
+)
+KV_CACHE_IDENTITY = MetricSpec(
+    "kv_cache_identity",
+    "gauge",
+    "1, labelled with what the plan gives the engine: its model string, --block-size and "
+    "sha256(PYTHONHASHSEED)[:12] (or unset); a pool whose labels differ from its KV peers' misses "
+    "their cache",
+    ("model", "block_size", "hash_seed"),
+)
 KV_EVENT_MALFORMED = MetricSpec(
     "kv_event_malformed", "counter", "messages that could not be decoded, by kind", ("kind",)
 )
@@ -218,6 +233,8 @@ METRICS = (
     KV_EVENT_LAST_BATCH,
     KV_EVENT_SILENT,
     KV_EVENT_BLOCK_SIZE_MISMATCH,
+    KV_EVENT_BLOCK_SIZE,
+    KV_CACHE_IDENTITY,
     KV_EVENT_MALFORMED,
     FORWARD_LAST_PROGRESS,
     FORWARD_STALLED,

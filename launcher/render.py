@@ -171,6 +171,13 @@ def _kv_events_dict(watch: KvEventsWatch) -> dict[str, Any]:
         "readiness": watch.readiness,
         "block_size": watch.block_size,
         "block_size_readiness": watch.block_size_readiness,
+        "identity": None
+        if watch.identity is None
+        else {
+            "model": watch.identity.model,
+            "block_size": watch.identity.block_size,
+            "hash_seed": watch.identity.hash_seed,
+        },
     }
 
 

@@ -387,7 +387,7 @@ class KvEventWatcher(Watcher):
     def metrics(self) -> Iterable[Metric]:
         from healthchecks.kvevents.metrics import kv_event_metrics
 
-        return kv_event_metrics(self.state)
+        return kv_event_metrics(self.state, self.watch.identity)
 
 
 async def _requests_served(

@@ -541,12 +541,12 @@ def router_mismatch(pool: EnginePool, env: Mapping[str, str]) -> str | None:
     flag = pool.block_size_flag
     block = pool.args.get(flag)
     expected = router.block_size_tokens
-    if expected is not None and block is not None and _as_engine_int(block) != expected:
+    if expected is not None and block is not None and as_engine_int(block) != expected:
         return f"the router's blockSizeTokens is {expected} but args.{flag} is {block}"
     return None
 
 
-def _as_engine_int(value: ArgValue) -> int | None:
+def as_engine_int(value: ArgValue) -> int | None:
     """The integer an engine's parser (argparse, type=int) reads from the flag's argv token, whether
     the recipe wrote 16 or "16"; None when it reads none (16.0, true)."""
     if isinstance(value, (bool, float, dict, list)):

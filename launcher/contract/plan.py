@@ -182,12 +182,25 @@ class KvEventSource:
 
 
 @record
+class KvIdentity:
+    """What makes a KV block the same block in two pods: pools that hand KV to each other (NIXL, the
+    Mooncake store) or share a router must agree on all three, and pools planned from different recipes
+    cannot be compared at load time. The launcher exports it (llmd_launcher_kv_cache_identity) so a
+    rule over every pod of a model finds the pool that disagrees before its cache silently misses."""
+
+    model: str  # the engine's model string (NIXL's compatibility hash includes it)
+    block_size: int | None  # the engine's --block-size as planned; None: the engine's default
+    hash_seed: str  # the first 12 hex digits of sha256(PYTHONHASHSEED), or "unset" (a random seed)
+
+
+@record
 class KvEventsWatch:
     sources: tuple[KvEventSource, ...]
     silence_seconds: float  # no batch this long while requests were served = silent
     readiness: bool = False  # the pod is not ready while its events are silent
     block_size: int | None = None  # the router's blockSizeTokens, which BlockStored events must carry
     block_size_readiness: bool = False  # the pod is not ready while they carry another
+    identity: KvIdentity | None = None  # exported beside the block size the events really carry
     # The engine's /metrics families whose sum grows when it serves a request: silence is a stream
     # that stopped only while this moves.
     served_metrics: tuple[str, ...] = ()

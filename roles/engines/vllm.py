@@ -8,10 +8,11 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from launcher.config.recipe import VllmPool
+from launcher.config.recipe import VllmPool, as_engine_int
 from launcher.contract.errors import ConfigError
 from launcher.contract.phases import CAPTURING_GRAPHS, INITIALIZING, LOADING_WEIGHTS, STARTING_SERVER
 from launcher.contract.plan import (
@@ -20,6 +21,7 @@ from launcher.contract.plan import (
     HttpCheck,
     KvEventSource,
     KvEventsWatch,
+    KvIdentity,
     MemoryItem,
     PhasePattern,
     Plan,
@@ -82,6 +84,7 @@ _OWNED = {
 _KV_PEER_FIX = "set it in the recipe, where every pool that exchanges KV is checked to use the same"
 _KV_PEER_OWNED = owned_flags(_KV_PEER_FIX, "block-size")
 _KV_PEER_ENV = "PYTHONHASHSEED"
+_BLOCK_SIZE_FLAG = f"--{VllmPool.block_size_flag}"
 
 _RENDER_OWNED = owned_flags(
     "set the pool's render.port / model in the recipe", "port", "served-model-name", "model"
@@ -167,7 +170,7 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
         model_path=model.path,
         leader_port=pool.port,
         progress=VLLM.startup_output(ctx.engine_release),
-        kv_events=_kv_events_watch(pool, ctx) if serves else None,
+        kv_events=_kv_events_watch(pool, ctx, kv_identity(engine)) if serves else None,
         forward=ctx.progress_watch(
             _progress_sources(pool, ctx),
             VLLM.token_counters,
@@ -204,7 +207,25 @@ def _progress_sources(pool: VllmPool, ctx: BuildContext) -> list[ProgressSource]
     return [ProgressSource(f"rank {r}", p) for r, p in zip(ranks, ports, strict=True)]
 
 
-def _kv_events_watch(pool: VllmPool, ctx: BuildContext) -> KvEventsWatch | None:
+def kv_identity(engine: ProcessSpec) -> KvIdentity:
+    """The engine's model string, block size and hash seed, read from the argv and env it is given
+    (LLMD_EXTRA_ARGS and LLMD_EXTRA_ENV included). The seed is shown as a digest: a rule compares
+    pods by it and nobody needs its value."""
+    argv, seed = engine.argv, engine.env.get(_KV_PEER_ENV)
+    block: int | None = None
+    for i, token in enumerate(argv):
+        if token == _BLOCK_SIZE_FLAG and i + 1 < len(argv):
+            block = as_engine_int(argv[i + 1])
+        elif token.startswith(f"{_BLOCK_SIZE_FLAG}="):
+            block = as_engine_int(token.partition("=")[2])
+    return KvIdentity(
+        model=argv[len(SERVE)],
+        block_size=block,
+        hash_seed="unset" if seed is None else hashlib.sha256(seed.encode()).hexdigest()[:12],
+    )
+
+
+def _kv_events_watch(pool: VllmPool, ctx: BuildContext, identity: KvIdentity) -> KvEventsWatch | None:
     """What the launcher subscribes to: each local rank's publisher (and replay endpoint) on this pod."""
     spec = pool.kv_events
     if spec is None:
@@ -232,6 +253,7 @@ def _kv_events_watch(pool: VllmPool, ctx: BuildContext) -> KvEventsWatch | None:
         spec.readiness,
         block_size=router.block_size_tokens if router else None,
         block_size_readiness=router is not None and router.readiness,
+        identity=identity,
         served_metrics=VLLM.served_metrics,
     )
 

@@ -243,3 +243,26 @@ def test_recent_events_show_token_ids_only_when_asked(token_ids: bool) -> None:
     assert shown["tokens"] == 256 and shown["block_size"] == 128 and len(shown["block_hashes"]) == 2
     assert shown.get("token_ids") == (list(range(256)) if token_ids else None)
     assert ("token_ids" in watcher.state.as_dict(0.0)["recent_block_stored"][0]) is False  # the default
+
+
+def test_what_kv_peers_must_share_is_exported_beside_the_block_size_the_events_carry() -> None:
+    """llmd_launcher_kv_cache_identity carries the plan's model, block size and seed digest; the
+    block size of the engine's own BlockStored events is its own gauge, so a rule can compare pods
+    of pools planned from different recipes."""
+    from healthchecks.kvevents.watcher import KvEventWatcher
+    from launcher.contract.plan import KvEventSource, KvEventsWatch, KvIdentity
+
+    identity = KvIdentity("/models/m", 64, "73475cb40a56")
+    watch = KvEventsWatch((KvEventSource(0, 5557, None, 8000),), 60, identity=identity)
+    watcher = KvEventWatcher(watch, _Log())  # type: ignore[arg-type]
+
+    def samples(name: str) -> list[tuple[dict[str, str], float]]:
+        family = next(f for f in watcher.metrics() if f.name == name)
+        return [(s.labels, s.value) for s in family.samples]
+
+    assert samples("llmd_launcher_kv_cache_identity") == [
+        ({"model": "/models/m", "block_size": "64", "hash_seed": "73475cb40a56"}, 1.0)
+    ]
+    assert samples("llmd_launcher_kv_event_block_size") == []  # no BlockStored yet: nothing to say
+    watcher.handle(watcher.state.ranks[0], frames([STORED_032]))
+    assert samples("llmd_launcher_kv_event_block_size") == [({"rank": "0"}, 128.0)]

@@ -147,6 +147,9 @@ def test_prefill_leader(plan_json: Any) -> None:
         "readiness": False,
         "block_size": 2048,  # the router's blockSizeTokens, compared with the events' block_size
         "block_size_readiness": False,
+        # What its KV peers must share, exported as a metric: no --block-size (vLLM's default), the
+        # seed as sha256("42")[:12].
+        "identity": {"model": MODEL, "block_size": None, "hash_seed": "73475cb40a56"},
     }
     assert render["argv"] == [
         "vllm",
