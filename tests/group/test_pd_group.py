@@ -207,7 +207,17 @@ def test_the_store_gives_a_prompt_prefill_saw_to_a_decode_that_never_did(pd: Gro
     """MooncakeStoreConnector: prefill (kv_both) saves what it computes; decode (kv_consumer), asked
     without any P/D, loads it from the store instead of computing it."""
     prompt = _prompt("store")
-    assert _complete(f"http://{_ip(pd, PREFILL)}:8000", prompt).status_code == 200
+    keys = _counter(_metrics(pd, MASTER, 9003), "master_key_count")
+    saved = _complete(f"http://{_ip(pd, PREFILL)}:8000", prompt)
+    assert saved.status_code == 200
+    # Prefill's worker puts the blocks after it answered: wait until the master holds them (one key per
+    # whole block of 32), or decode may look them up first and, rightly, compute them itself.
+    blocks = saved.json()["usage"]["prompt_tokens"] // 32
+    pd.wait(
+        f"the master holds the prompt's {blocks} blocks",
+        lambda: _counter(_metrics(pd, MASTER, 9003), "master_key_count") >= keys + blocks,
+        60,
+    )
     before = _metrics(pd, DECODE, 8200)
     answer = _complete(f"http://{_ip(pd, DECODE)}:8000", prompt)  # no prefiller header: straight to decode
     assert answer.status_code == 200
