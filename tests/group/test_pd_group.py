@@ -41,6 +41,9 @@ pytestmark = pytest.mark.group
 DECODE, MASTER, PREFILL = 0, 1, 2  # pod indexes: the group's pod, then the Services in --service order
 SIDE_CHANNEL = 5600  # the recipe's nixl.side_channel_port: global DP rank 0 listens here
 ENOUGH_CORES = STANDINS / "enough_cores"  # its sitecustomize.py, on the engines' PYTHONPATH
+# Each engine's model thread on a core of its own, as each pod has its own CPUs in a cluster: with vLLM's
+# automatic binding both engines pick core 0 (one OpenMP thread each on this 2-core machine).
+OWN_CORES = ("--env", "VLLM_CPU_OMP_THREADS_BIND=0", "--pod-env", f"{DECODE}:VLLM_CPU_OMP_THREADS_BIND=1")
 STANDIN_MARKS = ("NIXL progress thread", "skipped vLLM's CPU NIXL pin")
 PASSAGE = (
     "The launcher reads the pod's environment, picks a role from the recipe and builds a plan; "
@@ -84,7 +87,7 @@ def pd(tmp_path_factory: pytest.TempPathFactory, own_namespaces: None) -> Iterat
         proc = subprocess.Popen(
             [sys.executable, "-m", "launcher", "local-group", "--no-unshare", "--workdir", str(workdir),
              "--status-every", "10", "--pool", "decode",
-             "--service", "mooncake-master=mooncake-master", "--service", "prefill=prefill"],
+             "--service", "mooncake-master=mooncake-master", "--service", "prefill=prefill", *OWN_CORES],
             env=env, stdout=out, stderr=subprocess.STDOUT, text=True, cwd=workdir,
         )  # fmt: skip
     run = GroupRun(workdir, proc)
