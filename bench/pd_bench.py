@@ -282,14 +282,13 @@ def mid_stream_path(
 ) -> tuple[list[Holder], list[Holder]]:
     pods = runner.pods()
     decode, prefill = pods[decode_index], pods[prefill_index]
-    body = {"model": "tiny", "prompt": prompt("path"), "max_tokens": 200, "ignore_eos": True,
+    body = {"model": "tiny", "prompt": prompt("path"), "max_tokens": 300, "ignore_eos": True,
             "temperature": 0, "stream": True}  # fmt: skip
     headers = {"x-prefiller-host-port": f"{prefill['ip']}:8000"}
     with httpx.stream("POST", f"http://{decode['ip']}:8000/v1/completions", json=body, headers=headers,
                       timeout=120) as reply:  # fmt: skip
         lines = reply.iter_lines()
-        for _ in range(6):  # a few tokens in: both legs are set up, decode is still generating
-            next(lines)
+        next(lines)  # the first token: both legs are set up, decode generates 299 more
         found = request_path(decode, prefill)
         for _ in lines:
             pass
