@@ -109,6 +109,12 @@ class ProbeServer:
         probes while the pod stops, and ends with this server)."""
         return self.publisher.spared if self.publisher is not None else set()
 
+    def publish_now(self) -> None:
+        """Hand the probe process the answers now (a phase or a check changed, a stop began): it looks
+        by itself only every PUBLISH_INTERVAL."""
+        if self.publisher is not None:
+            self.publisher.publish()
+
     async def start(self) -> None:
         try:
             self._listeners = listen(self.host, self.port)
@@ -140,6 +146,7 @@ class ProbeServer:
             _warn,
         )
         self.publisher.start()
+        self.health.changed = self.publish_now
 
     async def stop(self) -> None:
         if self.publisher is not None:

@@ -109,6 +109,7 @@ class PodHealth:
         self.dropped_lines: Callable[[], int] = lambda: 0  # output lines a slow log reader cost
         self.flag_catalog: dict[str, object] | None = None  # which catalogue checked the flags, vs installed
         self.build: BuildInfo | None = None  # set by the launcher once the plan is built
+        self.changed: Callable[[], None] = lambda: None  # an answer changed: the probe server publishes
 
     # ------------------------------------------------------------------ written by the launcher
     def use_plan(self, probes: Probes) -> None:
@@ -119,8 +120,11 @@ class PodHealth:
             self.progress = StartupProgress(probes.progress)
 
     def park(self, parked: Parked) -> None:
+        again = self._phase == PARKED
         self.parked = parked
-        self.set_phase(PARKED)
+        self.set_phase(PARKED)  # announced there, unless already parked
+        if again:
+            self.changed()  # a new reason
 
     def unpark(self, resume: str = PREFLIGHT) -> None:
         """Parking ended (the checks passed, the copy ended, or the pod ends): its time does not count
@@ -153,6 +157,7 @@ class PodHealth:
     def set_phase(self, phase: str) -> None:
         if phase != self._phase and self._phase not in (STARTED, STOPPING):
             self._phase, self.phase_at = phase, self.clock()
+            self.changed()
 
     def on_line(self, process: str, line: str) -> None:
         """Engine output, until start-up ends: it is the only place a loading engine says how far it is."""
@@ -162,10 +167,13 @@ class PodHealth:
             self.set_phase(self.progress.phase)
 
     def record(self, check: Check, result: CheckResult) -> None:
+        before = self.results.get(check.name)
         self.results[check.name] = result
         if result.ok and self.started_at is None and check == self.probes.started:
             self.started_at = result.at
-            self.set_phase(STARTED)
+            self.set_phase(STARTED)  # announced there
+        elif before is None or before.ok != result.ok:
+            self.changed()
 
     # ------------------------------------------------------------------ read by the probes
     @property

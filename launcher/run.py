@@ -258,6 +258,7 @@ async def _run(
             log,
             on_line=health.on_line,
             spawner=SubprocessSpawner(server.spared),
+            on_stopping=server.publish_now,
         )
         health.attach(supervisor)
         health.watchers = build_watchers(prepared, health, inputs.settings, log, parks=_parks())

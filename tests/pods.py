@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -123,13 +124,20 @@ class LauncherPod:
         body = reply.json() if reply.headers.get("content-type", "").startswith("application/json") else {}
         return reply.status_code, body
 
-    def wait_probe(self, endpoint: str, status: int, timeout: float = 20.0) -> dict[str, Any]:
-        """Poll a probe until it answers `status`; its body then."""
+    def wait_probe(
+        self,
+        endpoint: str,
+        status: int,
+        timeout: float = 20.0,
+        until: Callable[[dict[str, Any]], bool] | None = None,
+    ) -> dict[str, Any]:
+        """Poll a probe until it answers `status` (and its body satisfies `until`); its body then. The
+        probe process holds answers up to one look old (healthchecks/probe_process.py PUBLISH_INTERVAL)."""
         deadline = time.monotonic() + timeout
         seen: tuple[int | None, dict[str, Any]] = (None, {})
         while time.monotonic() < deadline:
             seen = self.probe(endpoint)
-            if seen[0] == status:
+            if seen[0] == status and (until is None or until(seen[1])):
                 return seen[1]
             time.sleep(0.05)
         raise AssertionError(

@@ -141,8 +141,10 @@ class Supervisor:
         clock: Callable[[], float] = time.monotonic,
         on_line: Callable[[str, str], None] | None = None,
         spawner: Spawner | None = None,
+        on_stopping: Callable[[], None] | None = None,
     ) -> None:
         """on_line(process name, line): sees every output line (start-up progress is read from it).
+        on_stopping(): the stop has begun (the probes publish "not ready" at once, not at their next look).
         clock must tick with the event loop's timers (loop.time does; time.monotonic is the default)."""
         self.plan = plan
         self.config = config
@@ -153,6 +155,7 @@ class Supervisor:
         self.spawner: Spawner = spawner or SubprocessSpawner()
         self.processes = [ProcessState(spec) for spec in plan.processes]
         self.on_line = on_line
+        self.on_stopping = on_stopping
         self.stop: StopState = RUNNING  # the probes report not ready from the first moment of a stop
         self._by_pid: dict[int, ProcessState] = {}
         self._groups: set[int] = set()  # every process group we created
@@ -359,6 +362,8 @@ class Supervisor:
                 state.become(Lifecycle.STOPPING)
             elif state.lifecycle in (Lifecycle.STARTING, Lifecycle.BACKOFF):
                 state.become(Lifecycle.EXITED)  # it will not run again
+        if self.on_stopping is not None:
+            self.on_stopping()
         asyncio.get_running_loop().create_task(self._shutdown(isinstance(stop, StopRequested)))
 
     async def _shutdown(self, requested: bool) -> None:

@@ -97,8 +97,7 @@ def test_worker_is_ready_while_its_engine_lives_and_the_leader_is_reachable(make
     lws = {"LWS_LEADER_ADDRESS": "127.0.0.1", "LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "1"}
     pod = make_pod({**lws, "LLMD_CHECK_INTERVAL": "0.1"}, nodes=2, render=False).start()
     pod.wait_for("engine | stand-in engine up")
-    status, body = pod.probe("startupz")
-    assert status == 503
+    body = pod.wait_probe("startupz", 503, timeout=5, until=lambda b: "leader" in b.get("waiting_for", ""))
     assert body["waiting_for"] == f"leader: connect 127.0.0.1:{pod.port}: Connection refused"
     # A STAND-IN for the leader pod's API: a listening socket on the leader's port.
     leader = socket.create_server(("127.0.0.1", pod.port))

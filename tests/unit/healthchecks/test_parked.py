@@ -92,3 +92,21 @@ def test_a_parked_peer_holds_the_start_up_deadline_until_it_unparks() -> None:
     held_through, after = asyncio.run(scenario())
     assert held_through
     assert after < 0.5  # the deadline runs again once the peer is no longer parked
+
+
+def test_every_change_a_probe_would_show_is_announced_so_the_probe_process_gets_it_at_once() -> None:
+    """PodHealth.changed feeds ProbeServer.publish_now: the probe process looks by itself only every
+    PUBLISH_INTERVAL (0.25 s), so a park, a new phase or a check that flips must be pushed."""
+    from healthchecks.state import CheckResult
+
+    health, clock = _health()
+    said: list[str] = []
+    health.changed = lambda: said.append(health.phase)
+    _parked(health, clock)
+    _parked(health, clock)  # parked again (a new reason): announced too
+    health.unpark()
+    engine = health.probes.started
+    health.record(engine, CheckResult(False, "refused", clock.now, 0.0))
+    health.record(engine, CheckResult(False, "refused", clock.now, 0.0))  # no change: not announced
+    health.record(engine, CheckResult(True, "200", clock.now, 0.0))
+    assert said == ["parked", "parked", "preflight", "preflight", "started"]
