@@ -40,7 +40,7 @@ from launcher.config.settings import Settings  # noqa: E402
 from launcher.contract.plan import IFNAME_PLACEHOLDER  # noqa: E402
 from launcher.localgroup.group import TAG, GroupLayout, LocalGroup, run_group  # noqa: E402
 from roles import build_plan  # noqa: E402
-from tests.engines.engine_venvs import engine_env  # noqa: E402
+from tests.engines.engine_venvs import engine_env, make_tiny_model  # noqa: E402
 from tests.group.conftest import prefill_recipe  # noqa: E402
 
 VENVS = Path(os.environ.get("LLMD_VENVS", REPO / ".venvs"))
@@ -250,13 +250,7 @@ def fresh(root: Path, name: str) -> Path:
 
 
 def build_model(root: Path) -> Path:
-    out = root / "model"
-    subprocess.run(
-        [str(VENVS / "vllm" / "bin" / "python"), str(REPO / "tests/engines/tiny_model.py"), str(out),
-         "--kv-heads", "2"],
-        env=engine_env(root), check=True, capture_output=True, timeout=300,
-    )  # fmt: skip
-    return out
+    return make_tiny_model(root / "model", root, "--kv-heads", "2")
 
 
 def report(

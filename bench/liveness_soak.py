@@ -25,20 +25,13 @@ import httpx
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from tests.engines.engine_venvs import VENVS, engine_env  # noqa: E402
+from tests.engines.engine_venvs import VENVS, engine_env, make_tiny_model  # noqa: E402
 from tests.pods import LauncherPod  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 
 
 def tiny_model(root: Path) -> Path:
-    import subprocess
-
-    out = root / "model"
-    subprocess.run(
-        [str(VENVS / "vllm" / "bin" / "python"), str(REPO / "tests/engines/tiny_model.py"), str(out)],
-        env=engine_env(root), check=True, capture_output=True, timeout=300,
-    )  # fmt: skip
-    return out
+    return make_tiny_model(root / "model", root)
 
 
 DEFAULT_STALL = 60.0  # LLMD_STALL_SECONDS's default: one idle window simulates a minute of idleness

@@ -47,7 +47,7 @@ from launcher.config.settings import Settings  # noqa: E402
 from launcher.contract.plan import IFNAME_PLACEHOLDER  # noqa: E402
 from launcher.localgroup.group import GroupLayout, LocalGroup  # noqa: E402
 from roles import build_plan  # noqa: E402
-from tests.engines.engine_venvs import engine_env  # noqa: E402
+from tests.engines.engine_venvs import engine_env, make_tiny_model  # noqa: E402
 from tests.group.conftest import pd_recipe  # noqa: E402
 from tests.group.sockets import ESTABLISHED, socket_inodes, tcp_sockets  # noqa: E402
 from tests.group.test_pd_group import OWN_CORES  # noqa: E402
@@ -405,12 +405,7 @@ def report(count: int, load: tuple[float, float], one: tuple[float, list[Timing]
 
 
 def build_model(root: Path) -> Path:
-    out = root / "model"
-    subprocess.run(
-        [str(VENVS / "vllm" / "bin" / "python"), str(REPO / "tests/engines/tiny_model.py"), str(out)],
-        env=engine_env(root), check=True, capture_output=True, timeout=300,
-    )  # fmt: skip
-    return out
+    return make_tiny_model(root / "model", root)
 
 
 def fresh(root: Path, name: str) -> Path:

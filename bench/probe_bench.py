@@ -41,7 +41,7 @@ import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
-from tests.engines.engine_venvs import engine_env  # noqa: E402
+from tests.engines.engine_venvs import engine_env, make_tiny_model  # noqa: E402
 from tests.pods import STANDINS, LauncherPod  # noqa: E402
 from tests.ports import free_port  # noqa: E402
 
@@ -55,15 +55,7 @@ LOG_RATE = 10000  # engine lines/s
 
 
 def tiny_model(root: Path) -> Path:
-    out = root / "tiny-model"
-    subprocess.run(
-        [str(VENVS / "vllm" / "bin" / "python"), str(REPO / "tests" / "engines" / "tiny_model.py"), str(out)],
-        env=engine_env(root / "build"),
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
-    return out
+    return make_tiny_model(root / "tiny-model", root / "build")
 
 
 def start_engine(root: Path, model: Path) -> LauncherPod:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from tests.engines.engine_venvs import HERE, VENVS, engine_bin, engine_env
+from tests.engines.engine_venvs import VENVS, engine_env, make_tiny_model
 from tests.pods import LauncherPod
 from tests.ports import free_port
 
@@ -38,16 +37,9 @@ def private_network() -> str:
 
 
 def build_tiny_model(tmp_path_factory: pytest.TempPathFactory, *flags: str) -> Path:
-    out = tmp_path_factory.mktemp("tiny-model")
-    work = tmp_path_factory.mktemp("tiny-build")
-    subprocess.run(
-        [str(engine_bin("vllm", "python")), str(HERE / "tiny_model.py"), str(out), *flags],
-        env=engine_env(work),
-        check=True,
-        capture_output=True,
-        timeout=300,
+    return make_tiny_model(
+        tmp_path_factory.mktemp("tiny-model"), tmp_path_factory.mktemp("tiny-build"), *flags
     )
-    return out
 
 
 @pytest.fixture(scope="session")

@@ -59,3 +59,16 @@ def run_checker(venv: str, script: str, argvs: list[list[str]], tmp_path: Path) 
     results: list[dict[str, Any]] = json.loads(proc.stdout)
     assert len(results) == len(argvs)
     return results
+
+
+def make_tiny_model(out: Path, work: Path, *flags: str) -> Path:
+    """tests/engines/tiny_model.py's model at `out` (built with the vllm venv; `work`: its caches),
+    for the tiers and the benchmarks alike."""
+    subprocess.run(
+        [str(engine_bin("vllm", "python")), str(HERE / "tiny_model.py"), str(out), *flags],
+        env=engine_env(work),
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    return out
