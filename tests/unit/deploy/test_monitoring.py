@@ -80,6 +80,7 @@ class Case:
     fires_at: str
     quiet_at: str
     labels: dict[str, str]
+    also: tuple[dict[str, str], ...] = ()  # more pods it fires on at fires_at: their labels over POD's
 
 
 def _s(name: str, **labels: str) -> str:
@@ -118,6 +119,50 @@ CASES = {
         "2m",
         {"master": "mooncake-master:8700"},
     ),
+    # Two pods of one model, the second planned with another PYTHONHASHSEED: both fire (neither is
+    # known to be the wrong one); pods of another model, or of this one in another namespace, do not.
+    "LlmdLauncherKvIdentityMismatch": Case(
+        {
+            _s("llmd_launcher_kv_cache_identity", model="/m", block_size="64", hash_seed="a1"): "1x10",
+            _s(
+                "llmd_launcher_kv_cache_identity",
+                instance="10.0.0.2:8090",
+                pod="kimi-d-0",
+                model="/m",
+                block_size="64",
+                hash_seed="b2",
+            ): "_ _ _ 1x10",
+            _s(
+                "llmd_launcher_kv_cache_identity",
+                instance="10.0.0.3:8090",
+                pod="other-0",
+                model="/o",
+                block_size="16",
+                hash_seed="c3",
+            ): "1x10",
+            _s(  # the same model in another namespace (another deployment): not a KV peer
+                "llmd_launcher_kv_cache_identity",
+                instance="10.0.1.4:8090",
+                namespace="staging",
+                pod="kimi-s-0",
+                model="/m",
+                block_size="16",
+                hash_seed="d4",
+            ): "1x10",
+        },
+        "4m",
+        "2m",
+        {"model": "/m", "block_size": "64", "hash_seed": "a1"},
+        also=(
+            {
+                "instance": "10.0.0.2:8090",
+                "pod": "kimi-d-0",
+                "model": "/m",
+                "block_size": "64",
+                "hash_seed": "b2",
+            },
+        ),
+    ),
     # The deadline is at Unix time 1000 (test time starts at 0): 940 s left at 1m, 520 s at 8m. A
     # second pod past start-up with the same deadline never fires.
     "LlmdLauncherStartupDeadlineNear": Case(
@@ -148,12 +193,13 @@ def promtool_tests() -> dict[str, Any]:
             "exp_labels": {**POD, **rule["labels"], **case.labels},
             "exp_annotations": rule["annotations"],
         }
+        others = [{**fired, "exp_labels": {**fired["exp_labels"], **more}} for more in case.also]
         tests.append({
             "interval": "1m",
             "input_series": [{"series": s, "values": v} for s, v in case.series.items()],
             "alert_rule_test": [
                 {"eval_time": case.quiet_at, "alertname": rule["alert"], "exp_alerts": []},
-                {"eval_time": case.fires_at, "alertname": rule["alert"], "exp_alerts": [fired]},
+                {"eval_time": case.fires_at, "alertname": rule["alert"], "exp_alerts": [fired, *others]},
             ],
         })  # fmt: skip
     return {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}
