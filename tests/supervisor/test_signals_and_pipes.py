@@ -124,11 +124,7 @@ def test_a_stalled_log_reader_does_not_freeze_the_launcher(make_pod: MakePod) ->
             time.sleep(0.05)
         assert proc.returncode == 0 and tagged(pod.tag) == []
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        for leftover in tagged(pod.tag):
-            with contextlib.suppress(psutil.Error):
-                leftover.kill()
+        _kill_everything(proc, pod)
 
 
 def test_dropped_lines_are_counted_once_the_reader_catches_up(make_pod: MakePod) -> None:
@@ -154,11 +150,7 @@ def test_dropped_lines_are_counted_once_the_reader_catches_up(make_pod: MakePod)
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(10) == 0
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        for leftover in tagged(pod.tag):
-            with contextlib.suppress(psutil.Error):
-                leftover.kill()
+        _kill_everything(proc, pod)
 
 
 def test_shm_dir_at_the_model_is_refused_and_the_model_kept(make_pod: MakePod) -> None:
@@ -195,8 +187,13 @@ def test_a_slow_reader_still_gets_every_line_said_before_the_exit(make_pod: Make
         assert "lines dropped" not in err.decode()
         assert pod.termination_log.read_text().startswith("engine exited with code 3")
     finally:
-        with contextlib.suppress(ProcessLookupError):
-            proc.kill()
-        for leftover in tagged(pod.tag):
-            with contextlib.suppress(psutil.Error):
-                leftover.kill()
+        _kill_everything(proc, pod)
+
+
+def _kill_everything(proc: subprocess.Popen[bytes], pod: LauncherPod) -> None:
+    """A launcher started by hand (not through the pod's own start) and whatever it left."""
+    with contextlib.suppress(ProcessLookupError):
+        proc.kill()
+    for leftover in tagged(pod.tag):
+        with contextlib.suppress(psutil.Error):
+            leftover.kill()
