@@ -3,8 +3,9 @@ published answers, so a probe never waits for the launcher's event loop, its GIL
 
 The launcher (healthchecks/probe_publisher.py) binds the probe port, starts this program (standard
 library only, started with `python -I -S` in tens of milliseconds) with the listening sockets, and
-sends the three answers over a SOCK_SEQPACKET channel whenever they change (it looks every
-PUBLISH_INTERVAL), and a heartbeat every HEARTBEAT_SECONDS otherwise. The process is idle between
+sends the three answers over a SOCK_SEQPACKET channel whenever they change (pushed when a phase, a
+park, a check or a stop changes them; looked at every PUBLISH_INTERVAL for the rest), and a
+heartbeat every HEARTBEAT_SECONDS otherwise. The process is idle between
 probes, so the kernel's fair scheduler runs it as soon as a connection comes.
 
 - Only a well-formed `GET /livez|/readyz|/startupz HTTP/1.0|1.1` without a body is answered here, byte
@@ -40,7 +41,8 @@ from typing import Any
 PATHS = ("/livez", "/readyz", "/startupz")
 # Seconds between two looks of the launcher at its answers: a look costs ~0.1-0.4 ms of the launcher's
 # CPU, so 20 ms looks made an idle launcher use 2.4 % of a core (goal 0.5 %, bench/results/supervisor.md);
-# a stop is published at once (Supervisor on_stopping), other changes wait at most one look.
+# a phase, a park, a check that flips and a stop are pushed at once (PodHealth.changed, Supervisor
+# on_stopping); what only time changes (a deadline, staleness of a peer) waits at most one look.
 PUBLISH_INTERVAL = 0.25
 HEARTBEAT_SECONDS = 0.25  # nothing changed for this long: the launcher says it is still there
 SILENT_SECONDS = 2.0  # the launcher silent this long: every probe fails (readiness' timeoutSeconds)
