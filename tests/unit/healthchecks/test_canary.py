@@ -27,7 +27,7 @@ from launcher.contract.redact import Scrubber
 from launcher.contract.stop import RUNNING
 from roles import build_plan
 from tests.ports import free_port
-from tests.unit.healthchecks.loopback import completion_canary
+from tests.unit.healthchecks.loopback import completion_canary, serve_engine
 from tests.unit.healthchecks.test_watchers import KIMI, _prefill_leader
 
 COUNTERS = ("vllm:generation_tokens_total", "vllm:prompt_tokens_total")
@@ -100,12 +100,7 @@ def _watch(engine: Engine, seconds: float, api_key: str | None = None) -> tuple[
 
     async def scenario() -> tuple[ForwardWatcher, Recorder]:
         port = free_port()
-        app = web.Application()
-        app.router.add_get("/metrics", engine.metrics)
-        app.router.add_post("/v1/completions", engine.completions)
-        runner = web.AppRunner(app)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
+        runner = await serve_engine(engine, port)
         log = Recorder()
         watcher = _watcher(port, log, api_key)
         task = asyncio.create_task(watcher.run())
