@@ -290,3 +290,10 @@ def test_the_probe_process_ends_when_its_channel_closes() -> None:
     finally:
         process.kill()
         listener.close()
+
+
+def test_the_probe_process_sends_the_identity_header_the_peers_read() -> None:
+    """probe_process.py may import only the standard library, so it restates the header's name."""
+    from healthchecks.http import IDENTITY_HEADER
+
+    assert probe_process.IDENTITY_HEADER == IDENTITY_HEADER
