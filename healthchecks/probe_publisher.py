@@ -32,6 +32,7 @@ from healthchecks.probe_process import (
 from healthchecks.state import Answer, PodHealth
 
 RESPAWN_SECONDS = 1.0  # at most one new probe process a second, should one keep dying
+OUTPUT_SHOWN = 2000  # characters of what the process wrote to stderr, at most, in one log event
 
 
 class ProbePublisher:
@@ -71,6 +72,7 @@ class ProbePublisher:
         """The process ends before the probe port closes: nothing answers for a launcher that left."""
         if self._task is not None:
             self._task.cancel()
+        self._relay_output()
         self._end_process()
 
     async def _publish_forever(self) -> None:
@@ -86,20 +88,42 @@ class ProbePublisher:
                         self.log(f"the probes' answers could not be published: {said[:300]}")
 
     def publish(self) -> None:
-        """Send the answers if they changed (a heartbeat if not); take the reported durations; start a
-        new process if the last one ended."""
+        """Send the answers if they changed (a heartbeat if not); take the reported durations and what
+        the process wrote to stderr; start a new process if the last one ended."""
         self.take_durations()
-        ended = None
+        self._relay_output()
         if self.process is not None and self.process.poll() is not None:
-            ended = self.process.pid
+            ended, code = self.process.pid, self.process.returncode
+            self._relay_output()
             self._end_process()
+            how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            self.log(f"the probe process (pid {ended}) {how}; starting another at most every 1 s")
         if self.process is None:
             if time.monotonic() - self._spawned_at >= RESPAWN_SECONDS:
                 self._spawn()
-            if ended is not None:
-                self.log(f"the probe process (pid {ended}) ended; starting another at most every 1 s")
             return
         self._send()
+
+    def _relay_output(self) -> None:
+        """What the process wrote to stderr (a traceback, asyncio's report of a failed callback) becomes
+        one launcher log event, scrubbed, so the pod's log keeps one schema. Read at every look, so
+        the pipe never fills and blocks the process."""
+        pipe = self.process.stderr if self.process is not None else None
+        if pipe is None:
+            return
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(pipe.fileno(), REPORT_BYTES)
+            except BlockingIOError:
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+        text = b"".join(chunks).decode("utf-8", "replace").strip()
+        if text:
+            shown = text if len(text) <= OUTPUT_SHOWN else "..." + text[-OUTPUT_SHOWN:]
+            self.log(f"the probe process wrote: {self.scrub(shown)}")
 
     def take_durations(self) -> None:
         """Every duration the process reported so far (also read at scrape time, so /metrics counts
@@ -175,10 +199,13 @@ class ProbePublisher:
                 env={},  # the pod's secrets stay in the launcher
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,  # relayed to the launcher's log (_relay_output)
                 start_new_session=True,  # a terminal's signals to the launcher's group are the launcher's
             )
         finally:
             theirs.close()
+        assert self.process.stderr is not None
+        os.set_blocking(self.process.stderr.fileno(), False)
         self.spared.add(self.process.pid)
 
     def _end_process(self) -> None:
@@ -188,6 +215,8 @@ class ProbePublisher:
                 process.kill()
             with contextlib.suppress(ChildProcessError):
                 process.wait()
+            if process.stderr is not None:
+                process.stderr.close()
             self.spared.discard(process.pid)
         if self.channel is not None:
             self.channel.close()

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from healthchecks import probe_process
-from healthchecks.probe_process import PATHS, Request, parse_head
+from healthchecks.probe_process import PATHS, SNAPSHOT, STAMP, Request, parse_head
 from healthchecks.probe_publisher import RESPAWN_SECONDS
 from healthchecks.server import ProbeServer
 from healthchecks.state import PodHealth
@@ -254,6 +254,30 @@ def test_a_probe_process_that_dies_is_replaced_and_no_probe_is_refused() -> None
     first, second, answer = _serving(scenario)
     assert second != first and answer.startswith(b"HTTP/1.0 200 OK")
     assert not _alive(first) and not _alive(second)  # the server's stop ended the second too
+
+
+def test_what_the_probe_process_writes_to_stderr_becomes_one_log_event(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A message it cannot read ends the process with a traceback on its stderr: the launcher's log
+    carries it as one event of its schema, scrubbed, then how the process ended; a new one answers."""
+    configure(True, Scrubber([SECRET]), sys.stderr)  # capsys's stderr
+
+    async def scenario(server: ProbeServer) -> bytes:
+        assert server.publisher is not None and server.publisher.channel is not None
+        server.publisher.channel.send(SNAPSHOT + STAMP.pack(0.0) + b"{not json: " + SECRET.encode())
+        await asyncio.sleep(RESPAWN_SECONDS + 0.5)  # it dies; the next looks log it and start another
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(None, _exchange, server.port, b"GET /livez HTTP/1.0\r\n\r\n")
+
+    answer = _serving(scenario)
+    assert answer.startswith(b"HTTP/1.0 200 OK")
+    lines = capsys.readouterr().err.splitlines()
+    events = [json.loads(line)["message"] for line in lines]  # every line of the log is one JSON event
+    wrote = [event for event in events if event.startswith("the probe process wrote: ")]
+    assert len(wrote) == 1 and "Traceback" in wrote[0] and "JSONDecodeError" in wrote[0], events
+    assert any(re.match(r"the probe process \(pid \d+\) exited with code 1;", event) for event in events)
+    assert SECRET not in "\n".join(lines)
 
 
 def _alive(pid: int) -> bool:
