@@ -43,6 +43,7 @@ class RankStats:
     resets: int = 0
     last_batch_at: float | None = None  # monotonic
     last_seq: int | None = None
+    requests_served: float | None = None  # the engine's count at our latest look (None: not read yet)
     served_since_batch: bool = False  # the engine served a request after our latest batch
     silent: bool = False
     block_size: int | None = None  # the latest BlockStored's block_size
@@ -78,6 +79,7 @@ class WatcherState:
                     if s.last_batch_at is None
                     else round(now - s.last_batch_at, 3),
                     "silent": s.silent,
+                    "requests_served": s.requests_served,
                     "block_size": s.block_size,
                     "block_size_mismatch": s.block_size_mismatch,
                 }
@@ -328,7 +330,6 @@ class KvEventWatcher(Watcher):
         import aiohttp
 
         every = max(1.0, self.watch.silence_seconds / 4)
-        served: dict[int, float] = {}
         async with aiohttp.ClientSession() as session:
             while True:
                 await asyncio.sleep(every)
@@ -338,9 +339,9 @@ class KvEventWatcher(Watcher):
                     )
                     if count is None:
                         continue
-                    if count > served.get(stats.source.rank, count):
+                    if stats.requests_served is not None and count > stats.requests_served:
                         stats.served_since_batch = True
-                    served[stats.source.rank] = count
+                    stats.requests_served = count
                     self._check_silence(stats)
 
     def _check_silence(self, stats: RankStats) -> None:

@@ -117,14 +117,23 @@ def test_kvevents_shows_no_token_ids_unless_the_setting_asks(tmp_path: Path) -> 
 
 
 def test_silence_while_serving_fails_readiness_when_the_recipe_asks(tmp_path: Path) -> None:
-    pod = kv_pod(tmp_path, "wait=1.5,stored=1,served=3,wait=2,stored=1").start()
+    """The stand-in serves on the test's cue, once the watcher has read the engine's count (/kvevents
+    shows it): requests before that are history, not silence, and a slow machine cannot race it."""
+    serve, resume = tmp_path / "serve", tmp_path / "resume"
+    pod = kv_pod(tmp_path, f"until={serve},stored=1,served=3,until={resume},stored=1").start()
     try:
         pod.wait_probe("readyz", 200)
+        deadline = time.monotonic() + 10
+        while kvevents(pod)["ranks"]["0"]["requests_served"] != 0:
+            assert time.monotonic() < deadline, kvevents(pod)
+            time.sleep(0.1)
+        serve.touch()  # a batch, then requests served, then silence
         body = pod.wait_probe("readyz", 503, timeout=10)
         assert list(body["failing"]) == ["kv-events"]
         assert body["failing"]["kv-events"] == "no KV events from rank(s) [0] while requests were served"
         assert metrics(pod)[("llmd_launcher_kv_event_silent", (("rank", "0"),))] == 1
         assert "KV events silent while the engine serves requests" in pod.output()
+        resume.touch()
         pod.wait_probe("readyz", 200, timeout=10)  # the next batch: flowing again
         assert pod.probe("livez")[0] == 200
         pod.signal(signal.SIGTERM)
