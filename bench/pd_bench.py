@@ -335,7 +335,7 @@ class PdRun:
 
 
 def pd_pair(workdir: Path, model: Path, count: int) -> PdRun:
-    recipe = pd_recipe(workdir / "recipe.yaml", model)
+    recipe = pd_recipe(workdir / "recipe.yaml", model, prefill_ranks=1)  # as results/pd.md was measured
     env = base_env(workdir, recipe, os.pathsep.join((str(REPO), str(ENOUGH_CORES))))
     runner = Runner(workdir, env, "--pool", "decode", "--service", "mooncake-master=mooncake-master",
                     "--service", "prefill=prefill", *OWN_CORES)  # fmt: skip

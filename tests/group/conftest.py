@@ -283,7 +283,7 @@ def tpu_recipe(path: Path, model: Path) -> Path:
 SIDECAR = "    disagg_sidecar: {port: 8000, kv_connector: nixlv2, args: {secure-proxy: false}}\n"
 
 
-def pd_recipe(path: Path, model: Path, decode_seed: str = "42") -> Path:
+def pd_recipe(path: Path, model: Path, decode_seed: str = "42", prefill_ranks: int = 2) -> Path:
     """The guide's P/D shape scaled to one prefill and one decode engine of the tiny model: the Kimi
     recipe's connectors and roles (prefill MultiConnector kv_both = NIXL kv_producer + MooncakeStore
     kv_both; decode MultiConnector kv_consumer = NIXL kv_consumer + MooncakeStore kv_consumer), its NIXL
@@ -291,18 +291,20 @@ def pd_recipe(path: Path, model: Path, decode_seed: str = "42") -> Path:
     Service. No UCX or NIXL env: the launcher derives it. What a CPU recipe states that Kimi's does not:
     the store's `protocol: tcp` (no RDMA here) and `local_buffer_size` (vLLM's 4 GiB default is more than
     this machine spares two engines); Kimi's decode layout is data-parallel behind the DP supervisor,
-    which needs >= 2 ranks per pod: here one engine, the sidecar in front of it all the same."""
+    which needs >= 2 ranks per pod: here one engine, the sidecar in front of it all the same. Prefill has
+    `prefill_ranks` DP ranks behind vLLM's own API server (layout data-parallel, no supervisor), so a
+    rank > 0 listens on its own side channel (5600 + rank) and decode must dial that one."""
     store = (
         '{master_server_address: "mooncake-master:8700",'
         ' metadata_server: "http://mooncake-master:8080/metadata",'
         ' protocol: tcp, device_name: "", global_segment_size: 256MB, local_buffer_size: 128MB}'
     )
 
-    def pool(port: int, role: str, nixl: str, store_role: str, seed: str, extra: str) -> str:
+    def pool(port: int, role: str, nixl: str, store_role: str, seed: str, extra: str, ranks: int = 1) -> str:
         return (
             "    kind: vllm\n"
             "    nodes: 1\n"
-            "    gpus_per_node: 1\n"
+            f"    gpus_per_node: {ranks}\n"
             "    tensor_parallel: 1\n"
             f"    port: {port}\n"
             "    args:\n"
@@ -318,12 +320,15 @@ def pd_recipe(path: Path, model: Path, decode_seed: str = "42") -> Path:
             f"    mooncake_store: {{config: {store}}}\n" + extra
         )
 
+    layout = (
+        f"    layout: data-parallel\n    data_parallel_local: {prefill_ranks}\n" if prefill_ranks > 1 else ""
+    )
     path.write_text(
         "name: tiny-pd\n"
         f"model: {{path: {model}, served_name: tiny}}\n"
         "default_pool: decode\n"
         "pools:\n"
-        "  prefill:\n" + pool(8000, "kv_both", "kv_producer", "kv_both", "42", "") +
+        "  prefill:\n" + pool(8000, "kv_both", "kv_producer", "kv_both", "42", layout, prefill_ranks) +
         "  decode:\n" + pool(8200, "kv_consumer", "kv_consumer", "kv_consumer", decode_seed, SIDECAR) +
         "  mooncake-master:\n"
         "    kind: mooncake-master\n"

