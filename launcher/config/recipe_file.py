@@ -11,9 +11,9 @@ schema's validator (~4 ms), bench/results/plan_speed.md.
 
 import functools
 import json
+import os
 from collections.abc import Mapping
 from importlib import resources
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
@@ -26,6 +26,7 @@ if TYPE_CHECKING:  # importlib.abc's name until 3.11; importlib.resources.abc's 
     from importlib.abc import Traversable
 
 SCHEMA_FIX = "correct the recipe (its keys and types: `llm-d-launcher recipes schema`)"
+MAX_RECIPE_BYTES = 1 << 20  # a recipe is a page of YAML; a ConfigMap holds at most 1 MiB
 
 
 @record
@@ -65,13 +66,21 @@ def read_recipe(source: RecipeSource) -> Mapping[str, Any]:
     itself are both read from it, and a mounted file is read once per process."""
     if source.file is not None:
         try:
-            text = Path(source.file).read_text(encoding="utf-8")
+            raw = _read_at_most(source.file, MAX_RECIPE_BYTES + 1)
         except OSError as exc:
             raise ConfigError.one(
                 source.setting,
                 f"cannot read {source.label} ({exc.strerror})",
                 "mount the recipe file or fix the path",
             ) from None
+        if len(raw) > MAX_RECIPE_BYTES:
+            raise ConfigError.one(
+                source.setting,
+                f"{source.label} is too large (over {MAX_RECIPE_BYTES} bytes)",
+                "trim the recipe",
+            )
+        try:
+            text = raw.decode("utf-8")
         except UnicodeDecodeError:
             raise ConfigError.one(
                 source.setting, f"{source.label} is not UTF-8 text", "save it as UTF-8"
@@ -82,6 +91,16 @@ def read_recipe(source: RecipeSource) -> Mapping[str, Any]:
     builtin_recipe_text(source.name)  # an unknown name is refused, naming the recipes there are
     data: dict[str, Any] = json.loads(_recipes().joinpath(f"{source.name}.json").read_text(encoding="utf-8"))
     return data
+
+
+def _read_at_most(path: str, limit: int) -> bytes:
+    """Up to `limit` bytes of the file, so the size bound holds before anything is held in memory (a
+    device such as /dev/zero never ends). Opened non-blocking: a FIFO no one writes to is an empty
+    file, not a wait for ever (open(2) blocks on one otherwise; fifo(7)); then blocking again, so a pipe
+    that has a writer (`--recipe-file <(...)`) is read to its end."""
+    with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK), "rb") as handle:
+        os.set_blocking(handle.fileno(), True)
+        return handle.read(limit)
 
 
 def builtin_recipe_text(name: str) -> str:

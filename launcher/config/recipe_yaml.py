@@ -1,8 +1,9 @@
 """A recipe file's YAML, parsed within bounds: only a recipe *file* needs PyYAML (the built-in recipes
 ship compiled, launcher/config/recipe_file.py), so only reading one imports it.
 
-A recipe file is untrusted input mounted from a ConfigMap: its size, alias expansion and nesting are
-bounded before anything is built, and no error line repeats the text it points at (it may hold a secret).
+A recipe file is untrusted input mounted from a ConfigMap: its size is bounded as it is read
+(recipe_file.py), its alias expansion and nesting before anything is built, and no error line repeats
+the text it points at (it may hold a secret).
 """
 
 import json
@@ -14,7 +15,6 @@ import yaml
 from launcher.config.recipe_file import RecipeSource
 from launcher.contract.errors import ConfigError
 
-MAX_RECIPE_BYTES = 1 << 20  # a recipe is a page of YAML; a ConfigMap holds at most 1 MiB
 _MAX_NODES = 100_000  # values after alias expansion: a "billion laughs" file is refused, not expanded
 _MAX_DEPTH = 64  # nesting; deeper would only exhaust the parser's and the validators' recursion
 
@@ -81,10 +81,6 @@ def _check_nodes(root: yaml.Node) -> None:
 def parse_recipe_yaml(text: str, source: RecipeSource) -> Mapping[str, Any]:
     """The YAML's data, or one line saying where it is broken: never the offending line itself,
     which may hold a secret (an env value, a JSON config with credentials)."""
-    if len(text) > MAX_RECIPE_BYTES:
-        raise ConfigError.one(
-            source.setting, f"{source.label} is too large (over {MAX_RECIPE_BYTES} bytes)", "trim the recipe"
-        )
     loader = None
     try:
         loader = _RecipeLoader(text)

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import resource
+import subprocess
+import sys
+import threading
 import time
 from pathlib import Path
 
@@ -41,6 +46,51 @@ def test_alias_bomb_is_refused_quickly(run_cli: Run, tmp_path: Path) -> None:
 def test_a_big_file_is_refused(run_cli: Run, tmp_path: Path) -> None:
     code, err = _plan(run_cli, tmp_path, HEAD + "description: " + "x" * (2 << 20) + "\n")
     assert code == 2 and "large" in err
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "fifo"])
+def test_a_recipe_path_that_never_ends_is_refused(tmp_path: Path, path: str) -> None:
+    """A device that never ends (read whole, then refused as too large: a MemoryError first) and a
+    FIFO no one writes to (open(2) waits for a writer for ever). In a child of its own: the first
+    would take the machine's memory, the second the test's time, were the bound gone."""
+    if path == "fifo":
+        path = str(tmp_path / "recipe.yaml")
+        os.mkfifo(path)
+
+    def limit_memory() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    done = subprocess.run(
+        [sys.executable, "-m", "launcher.cli", "plan", "--recipe-file", path],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        preexec_fn=limit_memory,
+    )
+    assert done.returncode == 2 and done.stdout == "", done.stderr[-2000:]
+    assert (
+        done.stderr.startswith("llm-d-launcher: error: LLMD_RECIPE_FILE: ")
+        and len(done.stderr.splitlines()) == 1
+    ), done.stderr[-2000:]
+
+
+def test_a_pipe_with_a_writer_is_read_to_its_end(run_cli: Run) -> None:
+    """`--recipe-file <(...)`: the recipe arrives after the launcher opened the pipe, and is used."""
+    read, write = os.pipe()
+    text = (HEAD + "pools: {p: {kind: vllm}}\n").encode()
+
+    def write_late() -> None:
+        os.write(write, text)
+        os.close(write)
+
+    writer = threading.Timer(0.3, write_late)
+    writer.start()
+    try:
+        code, out, err = run_cli("plan", "--recipe-file", f"/dev/fd/{read}")
+    finally:
+        writer.join()
+        os.close(read)
+    assert code == 0 and "vllm serve" in out, err
 
 
 @pytest.mark.parametrize("where", ["top", "args"])
