@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from launcher.config.recipe import Recipe
 from launcher.config.settings import Settings
 from launcher.contract.errors import Problem
 from launcher.contract.plan import GroupCheck, GroupReport, Plan
+from launcher.contract.redact import is_secret_name, secret_values
 from roles import build_plan
 from roles.derive import select_pool
 
@@ -96,6 +97,40 @@ def port_problems(plan: Plan) -> list[Problem]:
         )
         for clash in plan.port_clashes()
     ]
+
+
+def argv_secret_problems(plan: Plan, env: Mapping[str, str]) -> list[Problem]:
+    """A secret's value on a command line, as `plan` and `run` refuse it: an argv is readable by every
+    process on the node (/proc/PID/cmdline) and is what the dry-run prints. It gets there under a
+    flag whose name says nothing (`--kv-transfer-config '{..."token": "$(HF_TOKEN)"}'`, which
+    Kubernetes expands in the env), from LLMD_EXTRA_ARGS or a recipe arg. The secrets: the values of
+    secret-named variables in the pod's env and in the plan's (recipe `env`, LLMD_EXTRA_ENV)."""
+    named = {**env, **{k: v for p in plan.processes for k, v in p.env.items()}}
+    holders = {
+        value: sorted(k for k, v in named.items() if is_secret_name(k) and value in v)
+        for value in secret_values(named)
+    }
+    problems = []
+    for process in plan.processes:
+        found = sorted(
+            {
+                name
+                for value, names in holders.items()
+                if any(value in t for t in process.argv)
+                for name in names
+            }
+        )
+        if found:
+            problems.append(
+                Problem(
+                    f"recipe pool {plan.role.pool}",
+                    f"the {process.name} command line holds the value of {', '.join(found)} (a secret by its "
+                    "name), visible to every process on the node",
+                    "pass the secret in the env only (valueFrom.secretKeyRef); take it out of "
+                    "LLMD_EXTRA_ARGS and the recipe's args",
+                )
+            )
+    return problems
 
 
 _LEADER_FLAGS = ("--master-addr", "--data-parallel-address", "--dist-init-addr")

@@ -136,3 +136,46 @@ def test_a_secret_across_the_piece_boundary_of_a_long_line_is_scrubbed(
     assert shown.count(REDACTED) == 1 and not any(h in shown for h in halves), "secret not scrubbed"
     expected = "x" * (MAX_LINE + offset - len(SECRET) // 2) + "y" * 100_000
     assert shown.replace(REDACTED, "") == expected, "text lost"
+
+
+JSON_WITH_THE_SECRET = (
+    '--kv-transfer-config \'{"kv_connector": "NixlConnector", "kv_role": "kv_both", '
+    f'"kv_connector_extra_config": {{"token": "{SECRET}"}}}}\''
+)
+
+
+@pytest.mark.parametrize(
+    ("recipe_env", "pod_env", "holder"),
+    [
+        ("", {"HF_TOKEN": SECRET, "LLMD_EXTRA_ARGS": JSON_WITH_THE_SECRET}, "HF_TOKEN"),
+        ("", {"LLMD_EXTRA_ENV": f'{{"S3_SECRET": "{SECRET}"}}', "LLMD_EXTRA_ARGS": f"--middleware {SECRET}"},
+         "S3_SECRET"),
+        (f"env: {{MY_API_KEY: {SECRET}}}\n", {}, "MY_API_KEY"),
+    ],
+)  # fmt: skip
+@pytest.mark.parametrize("group", [False, True])
+def test_a_secret_value_on_a_command_line_is_refused(
+    run_cli: Run, tmp_path: Path, recipe_env: str, pod_env: dict[str, str], holder: str, group: bool
+) -> None:
+    """A secret's value under a flag whose name says nothing (Kubernetes expands `$(HF_TOKEN)` in
+    LLMD_EXTRA_ARGS): neither printed by the dry-run nor put on a command line by `run`."""
+    path = tmp_path / "recipe.yaml"
+    args = "" if "LLMD_EXTRA_ARGS" in pod_env else f", args: {{chat-template: {SECRET}}}"
+    path.write_text(HEAD.replace("{kind: vllm}", f"{{kind: vllm{args}}}") + recipe_env)
+    code, out, err = run_cli("plan", "--recipe-file", str(path), *(["--group"] if group else []), env=pod_env)
+    assert code == 2 and out == "" and SECRET not in err
+    assert f"command line holds the value of {holder}" in err
+    if group:
+        return
+    log = tmp_path / "termination-log"
+    env = {**pod_env, "LLMD_TERMINATION_LOG": str(log), "LLMD_RECIPE_FILE": str(path)}
+    code, out, err = run_cli("run", env=env)
+    assert code == 2 and SECRET not in out + err + log.read_text()
+    assert holder in log.read_text()
+
+
+def test_the_same_value_under_a_plain_name_is_not_a_secret(run_cli: Run, tmp_path: Path) -> None:
+    path = tmp_path / "recipe.yaml"
+    path.write_text(HEAD.replace("{kind: vllm}", f"{{kind: vllm, args: {{chat-template: {SECRET}}}}}"))
+    code, out, _ = run_cli("plan", "--recipe-file", str(path), env={"CHAT_TEMPLATE": SECRET})
+    assert code == 0 and SECRET in out
