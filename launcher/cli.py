@@ -314,10 +314,10 @@ def _cmd_plan(ns: argparse.Namespace) -> int:
         say(problem.line("warning"))
     recipe = load_recipe(settings.recipe_source, name_given="recipe" in settings.model_fields_set)
     if ns.group:
-        from roles.group import argv_secret_problems, plan_group
+        from roles.group import command_line_problems, plan_group
 
         report = plan_group(settings, recipe)
-        if problems := [p for plan in report.plans for p in argv_secret_problems(plan, os.environ)]:
+        if problems := [p for plan in report.plans for p in command_line_problems(plan, os.environ)]:
             raise ConfigError(problems)
         sys.stdout.write(render.render_group(report, ns.format))
         _notes_to_stderr(report.notes, ns.format)
@@ -333,10 +333,10 @@ def _cmd_plan(ns: argparse.Namespace) -> int:
 
     from launcher.catalogs.shelf import load_shelf
     from roles import build_plan
-    from roles.group import argv_secret_problems, port_problems
+    from roles.group import command_line_problems, port_problems
 
     plan = build_plan(settings, recipe, shelf=load_shelf(settings.catalog_dir))
-    if problems := port_problems(plan) + argv_secret_problems(plan, os.environ):
+    if problems := port_problems(plan) + command_line_problems(plan, os.environ):
         raise ConfigError(problems)
     sys.stdout.write(render.render_plan(plan, ns.format))
     _notes_to_stderr(plan.notes, ns.format)

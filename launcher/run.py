@@ -57,7 +57,7 @@ def read_inputs(cli_settings: dict[str, Any], *, warn: bool = True) -> Inputs:
     from launcher.config.recipe_file import load_recipe
     from launcher.config.settings import load_settings, unknown_env
     from roles import build_plan
-    from roles.group import argv_secret_problems, port_problems
+    from roles.group import command_line_problems, port_problems
 
     settings = load_settings(**cli_settings)
     if warn:
@@ -67,7 +67,7 @@ def read_inputs(cli_settings: dict[str, Any], *, warn: bool = True) -> Inputs:
     from launcher.catalogs.shelf import load_shelf
 
     plan = build_plan(settings, recipe, shelf=load_shelf(settings.catalog_dir))
-    if problems := port_problems(plan) + argv_secret_problems(plan, os.environ):
+    if problems := port_problems(plan) + command_line_problems(plan, os.environ):
         raise ConfigError(problems)
     return Inputs(settings, recipe, plan)
 

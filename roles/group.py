@@ -133,6 +133,45 @@ def argv_secret_problems(plan: Plan, env: Mapping[str, str]) -> list[Problem]:
     return problems
 
 
+# Bytes in one argument or one NAME=value env entry, its NUL included, that execve(2) takes: longer
+# fails with E2BIG (Linux include/uapi/linux/binfmts.h MAX_ARG_STRLEN, 32 pages of 4 KiB).
+MAX_ARG_STRLEN = 32 * 4096
+
+
+def oversized_problems(plan: Plan) -> list[Problem]:
+    """An argument or env entry the kernel would refuse to pass, as `plan` and `run` refuse it: found
+    at the spawn, it ends the pod as an image that cannot run (exit 126), a crash loop in a group;
+    found here, it names the flag or variable (never the value) and the pod parks."""
+    problems = []
+    for process in plan.processes:
+        sizes = [(_argument(process.argv, i), len(t.encode()) + 1) for i, t in enumerate(process.argv)]
+        sizes += [(f"env {name}", len(f"{name}={value}".encode()) + 1) for name, value in process.env.items()]
+        problems += [
+            Problem(
+                f"recipe pool {plan.role.pool}",
+                f"{what} of the {process.name} process is {size} bytes, over the {MAX_ARG_STRLEN} bytes "
+                "the kernel passes to a process (MAX_ARG_STRLEN): it would not start",
+                "shorten it, or give it as a file (--chat-template, for one, takes a path)",
+            )
+            for what, size in sizes
+            if size > MAX_ARG_STRLEN
+        ]
+    return problems
+
+
+def _argument(argv: Sequence[str], i: int) -> str:
+    """Argument i of an argv by its flag, never by its value."""
+    if argv[i].startswith("-"):
+        return f"argument {argv[i].split('=', 1)[0]}"
+    flag = next((t for t in reversed(argv[:i]) if t.startswith("-")), None)
+    return f"a value of {flag}" if flag else f"argument {i}"
+
+
+def command_line_problems(plan: Plan, env: Mapping[str, str]) -> list[Problem]:
+    """What `plan` and `run` refuse on a pod's command lines (`env`: the pod's own environment)."""
+    return argv_secret_problems(plan, env) + oversized_problems(plan)
+
+
 _LEADER_FLAGS = ("--master-addr", "--data-parallel-address", "--dist-init-addr")
 _SIZE_FLAGS = (
     "--nnodes", "--data-parallel-size", "--tensor-parallel-size", "--tp-size", "--data-parallel-rpc-port",

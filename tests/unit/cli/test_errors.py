@@ -186,3 +186,35 @@ def test_console_script_exit_code_and_no_traceback() -> None:
     assert proc.stdout == ""
     assert proc.stderr.startswith("llm-d-launcher: error: LWS_WORKER_INDEX")
     assert "Traceback" not in proc.stderr
+
+
+# execve(2)'s limit on one argument or env entry, NUL included (roles/group.py MAX_ARG_STRLEN).
+KERNEL_LIMIT = 32 * 4096
+
+
+@pytest.mark.parametrize(
+    ("where", "named", "longest"),
+    [
+        ("args: {chat-template: BIG}", "a value of --chat-template", KERNEL_LIMIT - 1),
+        ("env: {TEMPLATE: BIG}", "env TEMPLATE", KERNEL_LIMIT - len("TEMPLATE=") - 1),
+    ],
+)
+def test_an_argument_the_kernel_would_refuse_is_bad_input(
+    run_cli: Any, tmp_path: Path, where: str, named: str, longest: int
+) -> None:
+    """Found at the spawn it was exit 126, an image that cannot run (a crash loop in a group), naming
+    neither the flag nor the variable; now `plan` and `run` name it, exit 2, the value unshown."""
+    path = tmp_path / "recipe.yaml"
+    for size in (longest, longest + 1):
+        spec = where.replace("BIG", "y" * size)
+        path.write_text(
+            f"name: x\nmodel: {{path: m}}\ndefault_pool: p\npools: {{p: {{kind: vllm, {spec}}}}}\n"
+        )
+        code, _, err = run_cli("plan", "--recipe-file", str(path))
+        assert code == (0 if size == longest else 2), err[:500]
+    code, out, err = run_cli("plan", "--recipe-file", str(path), "--group")
+    assert code == 2 and out == "" and "yyyyyyyy" not in err, err[:500]
+    assert f"{named} of the engine process is {KERNEL_LIMIT + 1} bytes" in err
+    log = tmp_path / "termination-log"
+    code, out, err = run_cli("run", env={"LLMD_TERMINATION_LOG": str(log), "LLMD_RECIPE_FILE": str(path)})
+    assert code == 2 and named in log.read_text() and "yyyyyyyy" not in out + err + log.read_text()
