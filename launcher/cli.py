@@ -74,8 +74,10 @@ class _Parser(argparse.ArgumentParser):
         self._deferred = deferred
 
     def error(self, message: str) -> NoReturn:
-        """One line, exit 2, and no value echoed: a mistyped flag may carry a token."""
-        say(f"llm-d-launcher: error: {_without_values(message)}; see {self.prog} --help")
+        """One line, exit 2, and no value echoed: a mistyped flag may carry a token. A value shown
+        (a known option's wrong value) is scrubbed of the env's secrets, as every other error line."""
+        scrub = Scrubber(secret_values(os.environ))
+        say(scrub(f"llm-d-launcher: error: {_without_values(message)}; see {self.prog} --help"))
         self.exit(2)
 
     def parse_known_args(self, *args: Any, **kwargs: Any) -> Any:

@@ -179,3 +179,30 @@ def test_the_same_value_under_a_plain_name_is_not_a_secret(run_cli: Run, tmp_pat
     path.write_text(HEAD.replace("{kind: vllm}", f"{{kind: vllm, args: {{chat-template: {SECRET}}}}}"))
     code, out, _ = run_cli("plan", "--recipe-file", str(path), env={"CHAT_TEMPLATE": SECRET})
     assert code == 0 and SECRET in out
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["plan", "--format", SECRET],
+        [SECRET],
+        ["probe", SECRET],
+        ["local-group", "--restart-policy", SECRET],
+        ["local-group", "--size", SECRET],
+    ],
+)
+def test_a_wrong_value_that_is_a_known_secret_is_not_echoed(
+    run_cli: Run, capsys: pytest.CaptureFixture[str], argv: list[str]
+) -> None:
+    """argparse shows a known option's wrong value; one that is the value of HF_TOKEN is hidden, as in
+    every other error line."""
+    with pytest.raises(SystemExit) as exit_:
+        run_cli(*argv, env={"HF_TOKEN": SECRET})
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and SECRET not in err and err.startswith("llm-d-launcher: error: "), err
+
+
+def test_wrong_values_of_known_options_stay_shown(run_cli: Run, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        run_cli("plan", "--format", "yaml", env={"HF_TOKEN": SECRET})
+    assert "invalid choice: 'yaml'" in capsys.readouterr().err
