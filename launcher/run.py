@@ -526,13 +526,15 @@ def _unknown(name: str) -> Problem:
 
 def write_termination_message(path: str, message: str) -> None:
     """Kubernetes shows this file as the container's last state. The head carries the root cause, so
-    the message is cut at the end, never at the start. Not writable (e.g. outside a pod), or a
-    relative path (refused by the settings, and never meant to land in the working directory): skipped."""
+    the message is cut at the end, never at the start. Not writable (e.g. outside a pod, a FIFO
+    no one reads), or a relative path (refused by the settings, and never meant to land in the
+    working directory): skipped."""
     if not os.path.isabs(path):
         return
     data = message.encode("utf-8")[:TERMINATION_LIMIT].decode("utf-8", errors="ignore")
-    try:
-        with open(path, "w", encoding="utf-8") as handle:
+    try:  # non-blocking: a FIFO no one reads refuses at once (ENXIO, fifo(7)) instead of a hang at exit
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK, 0o666)
+        with open(fd, "w", encoding="utf-8") as handle:
             handle.write(data)
     except OSError:
         pass

@@ -3,6 +3,8 @@ written by launcher/run.py)."""
 
 from __future__ import annotations
 
+import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -39,6 +41,20 @@ def test_termination_message_keeps_the_head_within_4_kib(tmp_path: Path) -> None
 def test_termination_message_skipped_quietly_when_not_writable(tmp_path: Path) -> None:
     write_termination_message(str(tmp_path / "missing-dir" / "log"), "reason")
     write_termination_message("", "reason")
+
+
+def test_termination_message_skipped_when_a_fifo_no_one_reads_is_named(tmp_path: Path) -> None:
+    """open(2) of a FIFO for writing waits for a reader: the launcher hung at its exit, past SIGTERM."""
+    fifo = tmp_path / "termination-log"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=write_termination_message, args=(str(fifo), "reason"), daemon=True)
+    writer.start()
+    writer.join(10)
+    stuck = writer.is_alive()
+    if stuck:  # a reader releases it, so the test ends either way
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))
+        writer.join(10)
+    assert not stuck
 
 
 def test_unknown_placeholder_refuses_to_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
