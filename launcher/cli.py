@@ -474,7 +474,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         scrub = Scrubber(secret_values(os.environ))  # a secret's value may sit in any setting
         for problem in exc.problems:
-            say(scrub(problem.line()))
+            say(problem.line(scrub=scrub))
         return exc.exit_code
 
 

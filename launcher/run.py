@@ -96,8 +96,8 @@ def run(cli_settings: dict[str, Any], *, exiting: bool = False) -> int:
         outcome = _supervise(cli_settings, first, scrub, output, exiting=exiting)
     except ConfigError as exc:
         for problem in exc.problems:
-            say(scrub(problem.line()))
-        outcome = Outcome(exc.exit_code, "; ".join(str(p) for p in exc.problems))
+            say(problem.line(scrub=scrub))
+        outcome = Outcome(exc.exit_code, "; ".join(p.shown(scrub) for p in exc.problems))
     except Exception as exc:  # a bug or an environment failure, not a user mistake: say so, exit 1
         import traceback
 

@@ -97,3 +97,28 @@ def test_every_line_break_in_a_value_keeps_the_error_on_one_line(run_cli: Run, b
     code, _, err = run_cli("plan", env={"LLMD_EXTRA_ARGS": f"-{brk}"})
     assert code == 2 and len(err.splitlines()) == 1, repr(err)
     assert err.startswith("llm-d-launcher: error: ") and brk not in err
+
+
+@pytest.mark.parametrize("setting", ["LLMD_EXTRA_ARGS", "LLMD_RUNTIME_DIR"])
+def test_a_huge_value_echoed_leaves_the_fix_in_sight(run_cli: Run, tmp_path: Path, setting: str) -> None:
+    """A 100 KB value was echoed whole: the fix ended 100 KB along the line, and out of the 4 KiB
+    termination message. The message is cut in its middle; the setting and the fix stay."""
+    fixes = {"LLMD_EXTRA_ARGS": "give flags such as --max-num-seqs 64", "LLMD_RUNTIME_DIR": "absolute"}
+    env = {setting: "a" * 100_000}
+    code, _, err = run_cli("plan", env=env)
+    assert code == 2 and len(err) < 1000 and err.startswith(f"llm-d-launcher: error: {setting}"), err[:300]
+    assert fixes[setting] in err.splitlines()[0][-100:] and "characters not shown" in err
+    log = tmp_path / "termination-log"
+    code, _, _ = run_cli("run", env={**env, "LLMD_TERMINATION_LOG": str(log)})
+    assert code == 2 and fixes[setting] in log.read_text()
+
+
+@pytest.mark.parametrize("at", range(262, 300, 4))  # the secret starts 13 characters later
+def test_the_cut_never_leaves_part_of_a_secret(run_cli: Run, at: int) -> None:
+    """Known secrets are hidden before the cut: one that straddles it is not shown in part."""
+    secret = "hf_CutSecretValue0123456789"
+    code, _, err = run_cli(
+        "plan", env={"HF_TOKEN": secret, "LLMD_EXTRA_ARGS": "a" * at + secret + "b" * 100_000}
+    )
+    assert code == 2 and "characters not shown" in err
+    assert not any(secret[i : i + 6] in err for i in range(len(secret) - 5)), err
