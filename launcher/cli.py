@@ -320,7 +320,7 @@ def _cmd_plan(ns: argparse.Namespace) -> int:
 
         report = plan_group(settings, recipe)
         if problems := [p for plan in report.plans for p in command_line_problems(plan, os.environ)]:
-            raise ConfigError(problems)
+            raise ConfigError(list(dict.fromkeys(problems)))  # every pod of a pool: one line
         sys.stdout.write(render.render_group(report, ns.format))
         _notes_to_stderr(report.notes, ns.format)
         failed = [c for c in report.checks if not c.ok]

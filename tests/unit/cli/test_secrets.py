@@ -206,3 +206,10 @@ def test_wrong_values_of_known_options_stay_shown(run_cli: Run, capsys: pytest.C
     with pytest.raises(SystemExit):
         run_cli("plan", "--format", "yaml", env={"HF_TOKEN": SECRET})
     assert "invalid choice: 'yaml'" in capsys.readouterr().err
+
+
+def test_plan_group_names_a_secret_on_every_pods_command_line_once(run_cli: Run) -> None:
+    env = {"HF_TOKEN": SECRET, "LLMD_POOL": "decode", "LLMD_EXTRA_ARGS": f"--chat-template {SECRET}"}
+    code, out, err = run_cli("plan", "--group", env=env)
+    assert code == 2 and out == "" and SECRET not in err
+    assert err.count("command line holds the value of HF_TOKEN") == 1, err
