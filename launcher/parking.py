@@ -76,9 +76,15 @@ class Parking:
     """One pod's parking: parks it on each failed attempt, says when to try again, and ends it."""
 
     def __init__(
-        self, health: PodHealth, log: Log, bound: float, clock: Callable[[], float] = time.monotonic
+        self,
+        health: PodHealth,
+        log: Log,
+        bound: float,
+        clock: Callable[[], float] = time.monotonic,
+        scrub: Callable[[str], str] = str,
     ) -> None:
-        self.health, self.log, self.bound, self.clock = health, log, bound, clock
+        """scrub: the pod's secret values, hidden before a long problem is cut (Problem.shown)."""
+        self.health, self.log, self.bound, self.clock, self.scrub = health, log, bound, clock, scrub
         self.attempts = 0
         self.began: float | None = None  # when it first parked
         self.logged: tuple[str, float] | None = None  # the reason last logged, and when
@@ -87,7 +93,8 @@ class Parking:
     def park(self, error: ConfigError) -> None:
         """Park (or stay parked) on this attempt's problems; log them when new, or again when due."""
         now = self.clock()
-        reason = "; ".join(str(p) for p in error.problems)
+        shown = [p.shown(self.scrub) for p in error.problems]  # the fix of each stays in sight
+        reason = "; ".join(shown)
         heals = "in place" if all(heals_in_place(p) for p in error.problems) else "by a rollout"
         parked = self.health.parked
         if self.began is None:
@@ -100,7 +107,7 @@ class Parking:
             self.logged = (reason, now)
             self.log.error(
                 "parked: a restart would recreate the LWS group into the same mistake",
-                problems=[str(p) for p in error.problems],
+                problems=shown,
                 heals=heals,
                 parked_s=round(now - self.began, 1),
                 limit_s="forever" if math.isinf(self.bound) else self.bound,

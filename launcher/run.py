@@ -320,7 +320,7 @@ async def _until_prepared(
     from launcher.config.settings import env_value
     from launcher.parking import Parking
 
-    parking = Parking(health, log, env_value("park_seconds", os.environ)) if _parks() else None
+    parking = Parking(health, log, env_value("park_seconds", os.environ), scrub=scrub) if _parks() else None
     while True:
         if isinstance(attempt, Inputs):
             if parking is not None:
