@@ -168,7 +168,7 @@ def _add_plan(sub: _Commands) -> None:
         "--format",
         choices=("text", "shell", "json"),
         default="text",
-        help="text: readable; shell: copy-pasteable sh script; json: stable schema "
+        help="text: readable (the default); shell: copy-pasteable sh script; json: stable schema "
         "llm-d-launcher/plan/v1 (group: llm-d-launcher/group/v1)",
     )
     plan.add_argument(
@@ -196,19 +196,24 @@ def _add_recipes(sub: _Commands) -> None:
         description="Without an action: list the built-in recipes and their pools.",
     )
     recipe_actions = recipes.add_subparsers(dest="recipes_action", metavar="ACTION")
-    recipe_actions.add_parser("list", help="list the built-in recipes and their pools (the default)")
-    show = recipe_actions.add_parser("show", help="print a built-in recipe's YAML, to copy and edit")
-    show.add_argument("name", metavar="NAME")
-    recipe_actions.add_parser(
-        "schema",
-        help="print the recipe JSON Schema; save it and start a recipe with "
-        "`# yaml-language-server: $schema=recipe.schema.json` so editors validate it",
+    listing = "list the built-in recipes and their pools (the default)"
+    recipe_actions.add_parser("list", help=listing, description=listing)
+    showing = "print a built-in recipe's YAML, to copy and edit"
+    show = recipe_actions.add_parser("show", help=showing, description=showing)
+    show.add_argument("name", metavar="NAME", help="a built-in recipe (`llm-d-launcher recipes` lists them)")
+    schema = (
+        "print the recipe JSON Schema; save it and start a recipe with "
+        "`# yaml-language-server: $schema=recipe.schema.json` so editors validate it"
     )
+    recipe_actions.add_parser("schema", help=schema, description=schema)
 
 
 def _add_version(sub: _Commands) -> None:
     sub.add_parser(
-        "version", help="the launcher's, the built-in recipes' and the engine catalogues' versions"
+        "version",
+        help="the launcher's, the built-in recipes' and the engine catalogues' versions",
+        description="Print the launcher's version, each built-in recipe's sha256 digest (recipes carry "
+        "no version) and the engine release each built-in flag catalogue was generated from.",
     )
 
 
@@ -216,6 +221,8 @@ def _add_catalog(sub: _Commands) -> None:
     catalog = sub.add_parser(
         "catalog",
         help="flag catalogues: build one from the engine installed (the images do, at build time)",
+        description="Flag catalogues: the engine flags, choices and types `plan` and `run` check argv "
+        "against, generated from the engine's own parser. `build` writes one for the engine installed.",
     )
     catalog_actions = catalog.add_subparsers(dest="catalog_action", metavar="ACTION", required=True)
     build = catalog_actions.add_parser(
@@ -238,10 +245,13 @@ def _add_probe(sub: _Commands) -> None:
         "probe",
         help="exec probe: ask this pod's launcher whether it is live, ready or started (exit 0 or 1)",
         description="Ask the launcher's probe server (127.0.0.1:LLMD_PROBE_PORT) and exit 0 if it "
-        "answers 200, 1 otherwise, with one line saying why. For clusters that prefer exec probes; "
-        "httpGet probes on /livez, /readyz and /startupz answer the same.",
+        "answers 200, 1 otherwise, with one line saying why; 2 for a bad --timeout or LLMD_PROBE_PORT. "
+        "For clusters that prefer exec probes; httpGet probes on /livez, /readyz and /startupz answer "
+        "the same.",
     )
-    probe.add_argument("which", choices=("live", "ready", "startup"))
+    probe.add_argument(
+        "which", choices=("live", "ready", "startup"), help="asks /livez, /readyz or /startupz"
+    )
     probe.add_argument(
         "--port", type=_port, help=f"probe server port (default LLMD_PROBE_PORT, else {PROBE_PORT})"
     )
@@ -274,7 +284,8 @@ _COMMANDS: dict[str, Callable[[_Commands], None]] = {
 def _local_group_arguments(parser: argparse.ArgumentParser) -> None:
     import launcher.localgroup
 
-    parser.description = (launcher.localgroup.__doc__ or "").split("\n\n", 1)[1]
+    what = (launcher.localgroup.__doc__ or "").split(": ", 1)[1]  # after the command's name
+    parser.description = what[:1].upper() + what[1:]
     launcher.localgroup.add_arguments(parser)
 
 

@@ -1,4 +1,4 @@
-"""`llm-d-launcher local-group`: every pod of one LeaderWorkerSet group of a recipe pool, on this machine.
+"""`llm-d-launcher local-group`: run every pod of one LeaderWorkerSet group of a recipe pool on this machine.
 
 Each pod gets what a pod of a real LWS group gets, so `llm-d-launcher run` takes its unchanged code path:
 - its own network namespace with its own IP on a shared bridge and a default route through it (vLLM
@@ -42,7 +42,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--lws-name", metavar="NAME", help="the LeaderWorkerSet's name (default: recipe-pool)"
     )
-    parser.add_argument("--namespace", default="default", metavar="NS", help="the pods' namespace")
+    parser.add_argument(
+        "--namespace", default="default", metavar="NS", help="the pods' namespace (default: default)"
+    )
     parser.add_argument(
         "--env", metavar="KEY=VALUE", action="append", default=[], help="extra env for every pod (repeatable)"
     )
@@ -76,7 +78,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "that exits is started again in its own namespaces (same IP), as the kubelet restarts the "
         "container of a Deployment's or DaemonSet's pod (e.g. a KV store's master, a memory donor)",
     )
-    parser.add_argument("--status-every", type=float, default=5.0, metavar="SECONDS", help="default 5")
+    parser.add_argument(
+        "--status-every",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="print every pod's probe state this often (default 5)",
+    )
     parser.add_argument(
         "--workdir", metavar="DIR", help="logs, hosts file, pods.json (default: a new temp dir)"
     )
