@@ -395,6 +395,7 @@ class Settings(BaseSettings):
         section="run",
         launcher_key=False,
         ge=0,
+        allow_inf_nan=True,  # for `forever` alone: _forever refuses inf and nan spelled any other way
     )
     deregister_seconds: int = setting(
         5,

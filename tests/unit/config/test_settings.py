@@ -5,6 +5,7 @@ from it."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -18,7 +19,9 @@ from launcher.config.settings import (
     DOCS,
     Settings,
     env_name,
+    env_value,
     fix_for,
+    load_settings,
     setting_label,
     settings_table,
 )
@@ -217,6 +220,16 @@ def test_a_time_setting_must_be_finite(run_cli: Any, field: str, value: str) -> 
     assert code == 2, err
     (line,) = err.splitlines()
     assert line.startswith(f"llm-d-launcher: error: {env_name(field)}") and "finite" in line, line
+
+
+def test_park_seconds_forever_means_no_bound(run_cli: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`forever`, as --help and docs/running-a-pod.md offer it, is the one infinite time setting: it
+    was refused as "not finite" by the settings, and the parking pod fell back to the default."""
+    code, _, err = run_cli("plan", env={"LLMD_PARK_SECONDS": "forever", "LLMD_STRICT_ENV": "true"})
+    assert (code, err) == (0, "")
+    assert env_value("park_seconds", {"LLMD_PARK_SECONDS": "forever"}) == math.inf  # what parking reads
+    monkeypatch.setenv("LLMD_PARK_SECONDS", "forever")
+    assert load_settings().park_seconds == math.inf
 
 
 def test_the_time_settings_are_the_watchers_and_deadlines() -> None:
