@@ -6,7 +6,7 @@
 #
 # Build from the repo root (the build context must contain pyproject.toml, README.md, launcher/,
 # roles/ and healthchecks/). The Mooncake wheel exists for amd64 and arm64:
-#   docker buildx build --platform linux/amd64,linux/arm64 -f images/mooncake.Dockerfile -t <registry>/llm-d-mooncake:<version> .
+#   docker buildx build --platform linux/amd64,linux/arm64 -f images/mooncake.Dockerfile -t <registry>/llm-d-launcher-mooncake:<version> .
 #
 # DIGESTS: the `sha256:000...0` below is a placeholder. Release engineering replaces it with the
 # digest of the named tag (`docker buildx imagetools inspect <image>:<tag>`) before building;

@@ -5,7 +5,7 @@
 #
 # Build from the repo root (the build context must contain pyproject.toml, README.md, launcher/,
 # roles/ and healthchecks/). TPU VM hosts are amd64:
-#   docker buildx build --platform linux/amd64 -f images/sglang-tpu.Dockerfile -t <registry>/llm-d-sglang-tpu:<version> .
+#   docker buildx build --platform linux/amd64 -f images/sglang-tpu.Dockerfile -t <registry>/llm-d-launcher-sglang-tpu:<version> .
 #
 # DIGESTS: every `sha256:000...0` below is a placeholder. Release engineering replaces each with the
 # digest of the named tag (`docker buildx imagetools inspect <image>:<tag>`) before building;

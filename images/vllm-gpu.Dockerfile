@@ -5,7 +5,7 @@
 #
 # Build from the repo root (the build context must contain pyproject.toml, README.md, launcher/,
 # roles/ and healthchecks/). GB300 nodes are Grace (arm64):
-#   docker buildx build --platform linux/arm64 -f images/vllm-gpu.Dockerfile -t <registry>/llm-d-vllm-gpu:<version> .
+#   docker buildx build --platform linux/arm64 -f images/vllm-gpu.Dockerfile -t <registry>/llm-d-launcher-vllm-gpu:<version> .
 #
 # DIGESTS: every `sha256:000...0` below is a placeholder. Release engineering replaces each with the
 # digest of the named tag (`docker buildx imagetools inspect <image>:<tag>`) before building;
