@@ -46,7 +46,7 @@ PATHS = ("/livez", "/readyz", "/startupz")
 PUBLISH_INTERVAL = 0.25
 HEARTBEAT_SECONDS = 0.25  # nothing changed for this long: the launcher says it is still there
 SILENT_SECONDS = 2.0  # the launcher silent this long: every probe fails (readiness' timeoutSeconds)
-KEEPALIVE_SECONDS = 75.0  # an idle kept-alive connection is closed, as aiohttp does
+KEEPALIVE_SECONDS = 75.0  # a connection without a whole request this long is closed (aiohttp's keep-alive)
 MAX_HEAD = 8190  # a longer request head goes to aiohttp, which refuses it
 ACCEPT_BATCH = 64  # connections accepted in one wake-up, at most (asyncio's create_server takes 100)
 IDENTITY_HEADER = "Llmd-Launcher-Identity"  # healthchecks/http.py (not imported: stdlib only here)
@@ -289,16 +289,23 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.client = transport
+        self._close_when_idle()  # a client that never sends, or never ends its head, is closed too
         if self.received:  # before anything the transport reads
             self.data_received(self.received)
+
+    def _close_when_idle(self) -> None:
+        """Close the connection KEEPALIVE_SECONDS from now unless a whole request comes first: counted
+        from the connection or the last answer, so a head sent a byte at a time cannot hold it."""
+        if self.idle is not None:
+            self.idle.cancel()
+        assert self.client is not None
+        self.idle = asyncio.get_running_loop().call_later(KEEPALIVE_SECONDS, self.client.close)
 
     def data_received(self, data: bytes) -> None:
         assert self.client is not None
         if self.relaying:
             self._to_launcher(data)
             return
-        if self.idle is not None:
-            self.idle.cancel()
         self.buffer += data
         while self.buffer:
             end = self.buffer.find(b"\r\n\r\n")
@@ -315,7 +322,7 @@ class Connection(asyncio.Protocol):
             if not request.keep_alive:
                 self.client.close()
                 return
-        self.idle = asyncio.get_running_loop().call_later(KEEPALIVE_SECONDS, self.client.close)
+            self._close_when_idle()
 
     def eof_received(self) -> bool:
         if self.relay is not None and self.relay.can_write_eof():
@@ -331,6 +338,8 @@ class Connection(asyncio.Protocol):
 
     def _relay(self) -> None:
         assert self.client is not None
+        if self.idle is not None:  # the launcher's server times a relayed connection
+            self.idle.cancel()
         self.front.report()  # a /metrics relayed now counts every probe answered before it
         self.relaying = True
         self.client.pause_reading()

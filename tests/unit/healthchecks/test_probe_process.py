@@ -5,6 +5,7 @@ fails every probe once the launcher falls silent, is replaced when it dies, and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -321,3 +322,56 @@ def test_the_probe_process_sends_the_identity_header_the_peers_read() -> None:
     from healthchecks.http import IDENTITY_HEADER
 
     assert probe_process.IDENTITY_HEADER == IDENTITY_HEADER
+
+
+class _Front:
+    """What a Connection asks of the process's Front: an answer to each whole request."""
+
+    def respond(self, request: Request) -> bytes:
+        return b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+
+    def report(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    "sends",
+    [
+        [],  # connects and sends nothing
+        [b"GET /li", b"v", b"e", b"z", b" ", b"H", b"T"],  # a head a byte at a time, never ended
+        [b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n"],  # answered, then idle on a kept-alive connection
+    ],
+    ids=["silent", "trickled-head", "idle-after-answer"],
+)
+def test_a_connection_without_a_whole_request_is_closed_in_bounded_time(
+    monkeypatch: pytest.MonkeyPatch, sends: list[bytes]
+) -> None:
+    """Each open connection holds a descriptor of the probe process: one that never completes a
+    request (a slow or broken client on the pod IP) is closed KEEPALIVE_SECONDS after it connected or
+    was last answered, whatever it trickles meanwhile."""
+    monkeypatch.setattr(probe_process, "KEEPALIVE_SECONDS", 0.5)
+
+    async def scenario() -> float:
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: probe_process.Connection(_Front()),  # type: ignore[arg-type]
+            "127.0.0.1",
+            0,
+        )
+        port = server.sockets[0].getsockname()[1]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        began = time.monotonic()
+        with contextlib.suppress(ConnectionError):  # the server may close it while it trickles
+            for chunk in sends:
+                writer.write(chunk)
+                await writer.drain()
+                await asyncio.sleep(0.1)
+            while await asyncio.wait_for(reader.read(65536), 10):  # answers, then the server's close
+                pass
+        took = time.monotonic() - began
+        writer.close()
+        server.close()
+        return took
+
+    took = asyncio.run(scenario())
+    assert took < 5  # closed by the server (0.5 s, plus a loaded machine), not by the 10 s read timeout
