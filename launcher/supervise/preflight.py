@@ -15,12 +15,21 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from launcher.contract.errors import ConfigError, Problem
 from launcher.contract.log import Log
 from launcher.contract.plan import Plan, StoreMaster
+from launcher.supervise.shm_ledger import (
+    LEDGER_NAME,
+    files_held,
+    read_ledger,
+    still_there,
+    visible_pids,
+    write_ledger,
+)
 from launcher.supervise.spawn import search_path
 
 if TYPE_CHECKING:
@@ -358,28 +367,47 @@ def _filesystem(path: str) -> str:
     return kind
 
 
-def clean_shm(directory: str, engine_segments: Sequence[str] = ()) -> tuple[list[str], list[str]]:
-    """Remove the stale shared memory of crashed engines (llm-d/llm-d#352: one crash would otherwise
-    become a crash loop): regular files directly in the directory, named as the engines name their
-    segments (STALE_SHM and the plan's engine_segments), that no process we can see holds open or
-    mapped. A file in use is known by its device and inode, as /proc shows them, whatever path spells
-    the directory (Debian's /run/shm is a symlink to /dev/shm). Symlinks and subdirectories are never
-    followed. Returns (removed, could not be removed: "name (reason)").
+@dataclass(frozen=True)
+class ShmCleanup:
+    """What clean_shm did: removed, could not remove ("name (reason)"), left because nothing proves
+    them ours (a count), and the ledger's problem when it could not be read."""
 
-    Processes of other containers are invisible (no shared PID namespace), so LLMD_SHM_DIR must be
-    the engine container's own shared memory; set it empty when another container uses it too."""
+    removed: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    unproven: int = 0
+    ledger_problem: str | None = None
+
+
+def clean_shm(directory: str, engine_segments: Sequence[str] = ()) -> ShmCleanup:
+    """Remove the stale shared memory of crashed engines (llm-d/llm-d#352: one crash would otherwise
+    become a crash loop), and only what the launcher can prove its own: regular files directly in the
+    directory, named as the engines name their segments (STALE_SHM and the plan's engine_segments),
+    that the ledger (launcher/supervise/shm_ledger.py) says our process tree held, with the same inode
+    (a file made again under that name by someone else is not ours), and that no process we can see
+    holds open or mapped. A file in use is known by its device and inode, as /proc shows them,
+    whatever path spells the directory (Debian's /run/shm is a symlink to /dev/shm). Symlinks and
+    subdirectories are never followed. No ledger: nothing is removed. The ledger then keeps only
+    what is left of ours."""
     root = Path(os.path.realpath(directory))
     if not root.is_dir():
-        return [], []
+        return ShmCleanup()
     stale = stale_shm(engine_segments)
-    in_use = _files_in_use(root.stat().st_dev)
-    removed, failed = [], []
+    ledger = read_ledger(root)
+    in_use = files_held(root.stat().st_dev, visible_pids())
+    removed: list[str] = []
+    failed: list[str] = []
+    unproven = 0
     for entry in root.iterdir():
         if not stale.fullmatch(entry.name):
             continue
         try:
             st = entry.lstat()
-            if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) in in_use:
+            if not stat.S_ISREG(st.st_mode):
+                continue
+            if ledger.files.get(entry.name) != st.st_ino:
+                unproven += 1
+                continue
+            if (st.st_dev, st.st_ino) in in_use:
                 continue
             entry.unlink()
             removed.append(entry.name)
@@ -387,30 +415,10 @@ def clean_shm(directory: str, engine_segments: Sequence[str] = ()) -> tuple[list
             pass
         except OSError as exc:
             failed.append(f"{entry.name} ({exc.strerror or type(exc).__name__})")
-    return removed, failed
-
-
-def _files_in_use(device: int) -> set[tuple[int, int]]:
-    """(device, inode) of every file on `device` that a process we can see holds open (its fd/) or
-    mapped (its maps: `address perms offset major:minor inode path`)."""
-    used: set[tuple[int, int]] = set()
-    dev = f"{os.major(device):02x}:{os.minor(device):02x}"
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        base = f"/proc/{pid}"
-        try:
-            for fd in os.listdir(f"{base}/fd"):
-                with contextlib.suppress(OSError):
-                    st = os.stat(f"{base}/fd/{fd}")  # the open file itself, even once unlinked
-                    if st.st_dev == device:
-                        used.add((st.st_dev, st.st_ino))
-            with open(f"{base}/maps", encoding="utf-8", errors="replace") as maps:
-                for line in maps:
-                    fields = line.split(None, 5)
-                    if len(fields) >= 5 and fields[3] == dev:
-                        used.add((device, int(fields[4])))
-        except (OSError, ValueError):  # exited meanwhile, or not ours to inspect (e.g. a sandbox's init)
-            continue
-    return used
+    if ledger.files or ledger.problem:
+        with contextlib.suppress(OSError):  # a read-only directory: the ledger said no more than this
+            write_ledger(root, still_there(root, ledger.files))
+    return ShmCleanup(removed, failed, unproven, ledger.problem)
 
 
 async def _bounded(what: str, fn: Callable[..., T], *args: Any) -> T:
@@ -461,10 +469,23 @@ async def run_preflight(
         elif problem is not None:
             raise ConfigError([problem])
     if shm_dir:
-        removed, failed = await _bounded("shm clean-up", clean_shm, shm_dir, plan.needs.shm_segments)
+        done = await _bounded("shm clean-up", clean_shm, shm_dir, plan.needs.shm_segments)
+        if done.ledger_problem:
+            log.warning(
+                "shared-memory ledger treated as empty",
+                file=f"{shm_dir}/{LEDGER_NAME}",
+                problem=done.ledger_problem,
+            )
         log.info(
-            "removed stale shared-memory files", directory=shm_dir, count=len(removed), files=removed[:20]
+            "removed stale shared-memory files",
+            directory=shm_dir,
+            count=len(done.removed),
+            files=done.removed[:20],
         )
-        if failed:
-            log.warning("could not remove stale shared-memory files", directory=shm_dir, files=failed[:20])
+        if done.unproven:
+            log.info("not removed: not proven the launcher's own", directory=shm_dir, count=done.unproven)
+        if done.failed:
+            log.warning(
+                "could not remove stale shared-memory files", directory=shm_dir, files=done.failed[:20]
+            )
     return host

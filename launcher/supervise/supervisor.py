@@ -96,6 +96,7 @@ class SupervisorConfig:
     sidecar_restarts: int
     sidecar_restart_window: float
     restart_backoff: float
+    shm_dir: str  # where the segments our processes hold are recorded (shm_ledger.py); empty: nowhere
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SupervisorConfig:
@@ -104,6 +105,7 @@ class SupervisorConfig:
             sidecar_restarts=settings.sidecar_restarts,
             sidecar_restart_window=settings.sidecar_restart_window,
             restart_backoff=settings.restart_backoff_seconds,
+            shm_dir=settings.shm_dir,
         )
 
 
@@ -177,6 +179,7 @@ class Supervisor:
 
     async def run(self) -> Outcome:
         unwatch = self.spawner.watch(self._reap)
+        recording: asyncio.Task[None] | None = None
         try:
             write_files(self.plan.files)
             while not self.events.empty():  # a signal that came before us: start nothing
@@ -185,16 +188,42 @@ class Supervisor:
                 if self.stopping:
                     break
                 self._spawn(state)
+            if self.config.shm_dir:
+                recording = asyncio.create_task(self._record_shm(self.config.shm_dir), name="shm ledger")
             while True:
                 event = await self.events.get()
                 if isinstance(event, ShutdownDone):
                     break
                 self._dispatch(event)
         finally:
+            if recording is not None:
+                recording.cancel()
             unwatch()
             self._close_readers()
         engine = self.engine
         return final_outcome(self.stop, engine.name, engine.last_exit, engine.tail)
+
+    async def _record_shm(self, directory: str) -> None:
+        """Soon after spawning, then every SAMPLE_EVERY s: the shared-memory files our descendants
+        hold go into the ledger, the proof the next start's clean-up needs to remove them."""
+        from launcher.supervise.preflight import in_daemon_thread, stale_shm
+        from launcher.supervise.shm_ledger import FIRST_SAMPLE_AFTER, SAMPLE_EVERY, record_held
+
+        pattern = stale_shm(self.plan.needs.shm_segments)
+
+        def sample() -> None:
+            record_held(directory, pattern, [d.pid for d in self.spawner.descendants()])
+
+        await asyncio.sleep(FIRST_SAMPLE_AFTER)
+        while True:
+            try:
+                await in_daemon_thread(sample)
+            except OSError as exc:  # e.g. a read-only directory: said once; the clean-up removes nothing
+                self.log.warning(
+                    "cannot record held shared-memory files", directory=directory, error=str(exc)
+                )
+                return
+            await asyncio.sleep(SAMPLE_EVERY)
 
     def _dispatch(self, event: Event) -> None:
         if isinstance(event, SignalReceived):

@@ -19,6 +19,7 @@ from launcher.contract.plan import (
     ShutdownBudget,
 )
 from launcher.supervise.preflight import (
+    ShmCleanup,
     check_binaries,
     check_model,
     check_ports_free,
@@ -26,6 +27,7 @@ from launcher.supervise.preflight import (
     check_runtime_dir,
     clean_shm,
 )
+from launcher.supervise.shm_ledger import write_ledger
 from tests.unit.supervise.probes import ENGINE_RUNS
 
 
@@ -42,19 +44,20 @@ def _plan(processes: list[ProcessSpec], files: tuple[FileSpec, ...] = (), model:
     )
 
 
-def test_clean_shm_removes_only_files_nobody_holds() -> None:
+def test_clean_shm_removes_only_files_of_ours_nobody_holds() -> None:
     root = Path(tempfile.mkdtemp(prefix="llmd-test-", dir="/dev/shm"))  # a tmpfs of our own
     try:
         (root / "psm_5ea1e001").write_bytes(b"x")
-        (root / "psm_5ea1e002").write_bytes(b"x")
+        (root / "psm_5ea1e002").write_bytes(b"x")  # nobody holds it, but nothing proves it ours
         (root / "subdir").mkdir()
         held = root / "psm_5ea1e003"
         held.write_bytes(b"x")
+        write_ledger(root, {n: (root / n).stat().st_ino for n in ("psm_5ea1e001", "psm_5ea1e003")})
         with held.open("rb"):
-            removed, failed = clean_shm(str(root))
-        assert sorted(removed) == ["psm_5ea1e001", "psm_5ea1e002"] and failed == []
-        assert held.exists() and (root / "subdir").is_dir()
-        assert clean_shm(str(root / "absent")) == ([], [])
+            done = clean_shm(str(root))
+        assert done.removed == ["psm_5ea1e001"] and done.failed == [] and done.unproven == 1
+        assert held.exists() and (root / "psm_5ea1e002").exists() and (root / "subdir").is_dir()
+        assert clean_shm(str(root / "absent")) == ShmCleanup()
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -1,4 +1,6 @@
-"""LLMD_SHM_DIR clean-up: only the engines' own stale segments, only on a tmpfs, never a model."""
+"""LLMD_SHM_DIR clean-up: only the engines' own stale segments, only on a tmpfs, never a model. The
+files these tests expect removed are first recorded in the ledger as held by our tree (_ours);
+tests/unit/supervise/test_shm_ledger.py proves the ledger itself."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 from launcher.contract.plan import Plan, PodIdentity, Role, RoleKind, ShutdownBudget
 from launcher.supervise import preflight
 from launcher.supervise.preflight import check_shm_dir, clean_shm
+from launcher.supervise.shm_ledger import write_ledger
 from roles.engines.sglang import SGLANG
 from roles.engines.vllm import VLLM
 from tests.unit.supervise.probes import ENGINE_RUNS
@@ -34,6 +37,11 @@ def shm() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
+def _ours(shm: Path, *names: str) -> None:
+    """Record these files in the ledger as a previous run's samples would have (name + inode)."""
+    write_ledger(shm, {name: (shm / name).lstat().st_ino for name in names})
+
+
 def _plan(model: str | None) -> Plan:
     role = Role("p", RoleKind.LEADER)
     return Plan("r", role, PodIdentity(), (), ShutdownBudget.from_grace(30), ENGINE_RUNS, model_path=model)
@@ -43,9 +51,10 @@ def test_a_model_directory_is_never_emptied(shm: Path) -> None:
     files = ("config.json", "model-00001-of-00002.safetensors", "tokenizer.json", "psm_notes.txt")
     for name in files:
         (shm / name).write_bytes(b"weights")
-    removed, failed = clean_shm(str(shm))
-    assert (removed, failed) == ([], [])
-    assert sorted(p.name for p in shm.iterdir()) == sorted(files)
+    _ours(shm, *files)  # even recorded as ours, no name of a model matches an engine's segments
+    done = clean_shm(str(shm))
+    assert (done.removed, done.failed) == ([], [])
+    assert sorted(p.name for p in shm.iterdir() if not p.name.startswith(".")) == sorted(files)
     assert check_shm_dir(_plan(str(shm)), str(shm))[0].setting == "LLMD_SHM_DIR"
     assert check_shm_dir(_plan(str(shm / "sub" / "model")), str(shm))  # a model below it
     assert check_shm_dir(_plan(str(shm)), str(shm / "x")) == []  # absent: nothing to clean
@@ -61,9 +70,10 @@ def test_only_stale_engine_segments_are_removed(shm: Path, tmp_path: Path) -> No
     (shm / "psm_0badc0de").symlink_to(outside)  # a link is never followed nor removed
     (shm / "torch_1_2_3").mkdir()  # nor a directory
     (shm / "torch_1_2_3" / "psm_00112233").write_bytes(b"x")
+    _ours(shm, *STALE, "psm_feedbeef", "psm_0badc0de", "torch_1_2_3")
     with held.open("rb"):
-        removed, failed = clean_shm(str(shm), VLLM.shm_segments)  # the plan's engine's own segments
-    assert sorted(removed) == sorted(STALE) and failed == []
+        done = clean_shm(str(shm), VLLM.shm_segments)  # the plan's engine's own segments
+    assert sorted(done.removed) == sorted(STALE) and done.failed == []
     assert held.exists() and outside.read_bytes() == b"keep" and (shm / "psm_0badc0de").is_symlink()
     assert (shm / "torch_1_2_3" / "psm_00112233").exists()
     assert check_shm_dir(_plan("/models/x"), str(shm)) == []
@@ -79,6 +89,7 @@ def test_a_directory_that_is_not_tmpfs_is_refused(tmp_path: Path) -> None:
 def test_an_undeletable_file_is_reported_not_raised(shm: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     (shm / "psm_aaaaaaaa").write_bytes(b"x")
     (shm / "psm_bbbbbbbb").write_bytes(b"x")
+    _ours(shm, "psm_aaaaaaaa", "psm_bbbbbbbb")
     real_unlink = Path.unlink
 
     def unlink(self: Path, missing_ok: bool = False) -> None:
@@ -87,8 +98,8 @@ def test_an_undeletable_file_is_reported_not_raised(shm: Path, monkeypatch: pyte
         real_unlink(self, missing_ok)
 
     monkeypatch.setattr(Path, "unlink", unlink)
-    removed, failed = clean_shm(str(shm))
-    assert removed == ["psm_bbbbbbbb"] and failed == ["psm_aaaaaaaa (Operation not permitted)"]
+    done = clean_shm(str(shm))
+    assert done.removed == ["psm_bbbbbbbb"] and done.failed == ["psm_aaaaaaaa (Operation not permitted)"]
     assert preflight.STALE_SHM.fullmatch("config.json") is None
 
 
@@ -96,9 +107,10 @@ def test_an_engines_segments_are_removed_only_for_that_engine(shm: Path) -> None
     """The engine's own segment names come with its plan: another engine's files are not its to clean."""
     for name in ("vllm_offload_e0.mmap", "sglang_loads_0.shm"):
         (shm / name).write_bytes(b"x")
-    assert clean_shm(str(shm)) == ([], [])
-    assert clean_shm(str(shm), SGLANG.shm_segments) == (["sglang_loads_0.shm"], [])
-    assert clean_shm(str(shm), VLLM.shm_segments) == (["vllm_offload_e0.mmap"], [])
+    _ours(shm, "vllm_offload_e0.mmap", "sglang_loads_0.shm")
+    assert clean_shm(str(shm)).removed == []
+    assert clean_shm(str(shm), SGLANG.shm_segments).removed == ["sglang_loads_0.shm"]
+    assert clean_shm(str(shm), VLLM.shm_segments).removed == ["vllm_offload_e0.mmap"]
 
 
 def _spellings(shm: Path, tmp_path: Path) -> list[str]:
@@ -113,14 +125,15 @@ def test_a_segment_in_use_is_kept_however_the_directory_is_spelled(shm: Path, tm
     for spelling in _spellings(shm, tmp_path):
         for path in (held, mapped, stale):
             path.write_bytes(b"x" * 4096)
+        _ours(shm, held.name, mapped.name, stale.name)
         with mapped.open("r+b") as handle:
             region = mmap.mmap(handle.fileno(), 4096)  # mapped only: /proc/PID/maps, not fd/
         try:
             with held.open("rb"):
-                removed, failed = clean_shm(spelling)
+                done = clean_shm(spelling)
         finally:
             region.close()
-        assert (removed, failed) == (["psm_0000dead"], []), spelling
+        assert (done.removed, done.failed) == (["psm_0000dead"], []), spelling
         assert held.exists() and mapped.exists(), spelling
 
 

@@ -234,7 +234,7 @@ def supervise(
         ENGINE_RUNS,
     )
     config = SupervisorConfig(
-        bin_path="", sidecar_restarts=restarts, sidecar_restart_window=window, restart_backoff=1.0
+        bin_path="", sidecar_restarts=restarts, sidecar_restart_window=window, restart_backoff=1.0, shm_dir=""
     )
 
     async def main() -> Outcome:

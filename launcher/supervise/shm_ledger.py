@@ -1,0 +1,137 @@
+"""The ledger of the shared-memory files the launcher's own process tree held: the proof the clean-up
+before the next start (preflight.clean_shm) needs. A name matching an engine's pattern is no proof: a
+container without our PID namespace, or any program on a host, may own a `psm_*` file nobody holds
+right now (a Python SharedMemory created by one process, to be attached by another later).
+
+While the engine runs, the supervisor samples the files its descendants hold open or mapped and adds
+them (name and inode) to a ledger kept in the shm directory itself: /dev/shm outlives a container
+restart exactly as the files do, which LLMD_RUNTIME_DIR does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import stat
+import tempfile
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+LEDGER_NAME = ".llm-d-launcher-owned.json"  # a dot-name: no engine's segment pattern matches it
+LEDGER_MAX_BYTES = 1 << 20  # far above any real ledger (a few hundred names); larger is not ours
+FIRST_SAMPLE_AFTER = 2.0  # seconds after spawning: the engine's first segments exist by then
+SAMPLE_EVERY = 30.0  # seconds between samples: a segment lives for the engine's life, not seconds
+
+
+@dataclass(frozen=True)
+class Ledger:
+    """What the ledger says: file name -> inode; `problem` when it could not be read (then empty)."""
+
+    files: dict[str, int]
+    problem: str | None = None
+
+
+def read_ledger(root: Path) -> Ledger:
+    """The ledger in root; absent: empty. Unreadable, not a regular file, over LEDGER_MAX_BYTES or not
+    the expected JSON: empty, with the problem to warn about once."""
+    try:
+        fd = os.open(root / LEDGER_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return Ledger({})
+    except OSError as exc:
+        return Ledger({}, f"cannot be opened ({exc.strerror or type(exc).__name__})")
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return Ledger({}, "is not a regular file")
+        data = os.read(fd, LEDGER_MAX_BYTES + 1)
+    except OSError as exc:
+        return Ledger({}, f"cannot be read ({exc.strerror or type(exc).__name__})")
+    finally:
+        os.close(fd)
+    if len(data) > LEDGER_MAX_BYTES:
+        return Ledger({}, f"is larger than {LEDGER_MAX_BYTES} bytes")
+    try:
+        files = json.loads(data)["files"]
+    except (ValueError, KeyError, TypeError):
+        return Ledger({}, "is not the launcher's JSON")
+    if not isinstance(files, dict) or not all(
+        isinstance(k, str) and type(v) is int for k, v in files.items()
+    ):
+        return Ledger({}, "is not the launcher's JSON")
+    return Ledger(files)
+
+
+def write_ledger(root: Path, files: Mapping[str, int]) -> None:
+    """Atomically (a temporary file renamed over it): a crash mid-write leaves the old ledger."""
+    fd, tmp = tempfile.mkstemp(dir=root, prefix=f"{LEDGER_NAME}.")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            json.dump({"files": dict(sorted(files.items()))}, handle)
+        os.replace(tmp, root / LEDGER_NAME)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def still_there(root: Path, files: Mapping[str, int]) -> dict[str, int]:
+    """The ledger's files that are still there with the same inode: what is left of ours."""
+    left = {}
+    for name, inode in files.items():
+        with contextlib.suppress(OSError):
+            if "/" not in name and (root / name).lstat().st_ino == inode:
+                left[name] = inode
+    return left
+
+
+def visible_pids() -> list[str]:
+    return list(filter(str.isdigit, os.listdir("/proc")))
+
+
+def files_held(device: int, pids: Iterable[int | str]) -> set[tuple[int, int]]:
+    """(device, inode) of every file on `device` that one of pids holds open (its fd/) or mapped (its
+    maps: `address perms offset major:minor inode path`)."""
+    used: set[tuple[int, int]] = set()
+    dev = f"{os.major(device):02x}:{os.minor(device):02x}"
+    for pid in pids:
+        base = f"/proc/{pid}"
+        try:
+            for fd in os.listdir(f"{base}/fd"):
+                with contextlib.suppress(OSError):
+                    st = os.stat(f"{base}/fd/{fd}")  # the open file itself, even once unlinked
+                    if st.st_dev == device:
+                        used.add((st.st_dev, st.st_ino))
+            with open(f"{base}/maps", encoding="utf-8", errors="replace") as maps:
+                for line in maps:
+                    fields = line.split(None, 5)
+                    if len(fields) >= 5 and fields[3] == dev:
+                        used.add((device, int(fields[4])))
+        except (OSError, ValueError):  # exited meanwhile, or not ours to inspect (e.g. a sandbox's init)
+            continue
+    return used
+
+
+def record_held(directory: str, pattern: re.Pattern[str], pids: Iterable[int]) -> None:
+    """Add to the ledger the regular files directly in directory, named by pattern, that pids hold.
+    The ledger is read each time (another launcher sharing the directory may have rewritten it) and
+    written only when it gains a file."""
+    root = Path(os.path.realpath(directory))
+    if not root.is_dir():
+        return
+    device = root.stat().st_dev
+    held = files_held(device, pids)
+    if not held:
+        return
+    ours: dict[str, int] = {}
+    for entry in root.iterdir():
+        if pattern.fullmatch(entry.name):
+            with contextlib.suppress(OSError):
+                st = entry.lstat()
+                if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) in held:
+                    ours[entry.name] = st.st_ino
+    recorded = read_ledger(root).files
+    if ours.items() - recorded.items():
+        write_ledger(root, {**recorded, **ours})

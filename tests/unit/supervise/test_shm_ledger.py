@@ -1,0 +1,164 @@
+"""launcher/supervise/shm_ledger.py: the clean-up removes only the files our process tree held, as
+the ledger proves them (name and inode); everything else matching an engine's names is left."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from launcher.supervise.preflight import STALE_SHM, clean_shm, stale_shm
+from launcher.supervise.shm_ledger import (
+    LEDGER_MAX_BYTES,
+    LEDGER_NAME,
+    Ledger,
+    read_ledger,
+    record_held,
+    write_ledger,
+)
+from roles.engines import FAMILIES
+
+
+@pytest.fixture
+def shm() -> Iterator[Path]:
+    """A directory of our own on the machine's /dev/shm (a tmpfs); only it is ever touched."""
+    root = Path("/dev/shm") / f"llmd-test-{uuid.uuid4().hex}"
+    root.mkdir()
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def _holder(path: Path) -> subprocess.Popen[str]:
+    """A real child process (as an engine's worker) that creates the file and holds it open."""
+    code = f"import sys; f = open({str(path)!r}, 'wb'); print('ok', flush=True); sys.stdin.read()"
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout is not None and child.stdout.readline() == "ok\n"
+    return child
+
+
+def _crash(child: subprocess.Popen[str]) -> None:
+    child.kill()
+    child.wait()
+
+
+def test_a_file_our_tree_held_is_removed_at_the_next_start_once_orphaned(shm: Path) -> None:
+    """llm-d/llm-d#352: the engine crashes leaving the segments it held; the next start removes them."""
+    (shm / "psm_0000aaaa").write_bytes(b"x")  # matches, but no process of ours ever held it
+    child = _holder(shm / "psm_0000bbbb")
+    try:
+        record_held(str(shm), STALE_SHM, [child.pid])
+        assert read_ledger(shm).files == {"psm_0000bbbb": (shm / "psm_0000bbbb").stat().st_ino}
+        assert clean_shm(str(shm)).removed == []  # still held: kept, and still ours
+    finally:
+        _crash(child)
+    done = clean_shm(str(shm))
+    assert (done.removed, done.failed, done.unproven, done.ledger_problem) == (["psm_0000bbbb"], [], 1, None)
+    assert sorted(p.name for p in shm.iterdir()) == [LEDGER_NAME, "psm_0000aaaa"]
+    assert read_ledger(shm).files == {}  # reset to what is left of ours: nothing
+
+
+def test_a_file_no_process_of_ours_held_is_left(shm: Path) -> None:
+    """Another program's SharedMemory, created and closed, to be attached later: nobody holds it."""
+    theirs = shm / "psm_0000cccc"
+    theirs.write_bytes(b"x")
+    child = _holder(shm / "psm_0000dddd")
+    try:
+        record_held(str(shm), STALE_SHM, [os.getppid()])  # not the holder: a process outside our tree
+        assert not (shm / LEDGER_NAME).exists()
+        record_held(str(shm), STALE_SHM, [child.pid])
+    finally:
+        _crash(child)
+    assert set(read_ledger(shm).files) == {"psm_0000dddd"}
+    done = clean_shm(str(shm))
+    assert done.removed == ["psm_0000dddd"] and done.unproven == 1 and theirs.exists()
+    assert clean_shm(str(shm)).unproven == 1 and theirs.exists()  # and at every later start
+
+
+def test_no_ledger_removes_nothing(shm: Path) -> None:
+    for name in ("psm_0000eeee", "sem.mp-abc123", "torch_1_2_3", "nccl-AbC123"):
+        (shm / name).write_bytes(b"x")
+    done = clean_shm(str(shm))
+    assert (done.removed, done.unproven, done.ledger_problem) == ([], 4, None)
+    assert not (shm / LEDGER_NAME).exists()  # none is made up either
+
+
+def test_the_same_name_made_again_by_someone_else_is_left(shm: Path) -> None:
+    path = shm / "psm_0000ffff"
+    child = _holder(path)
+    try:
+        record_held(str(shm), STALE_SHM, [child.pid])
+    finally:
+        _crash(child)
+    recorded = read_ledger(shm).files["psm_0000ffff"]
+    path.unlink()
+    (shm / "psm_00001111").write_bytes(b"x")  # so the new file cannot take the freed inode back
+    path.write_bytes(b"someone else's")
+    assert path.stat().st_ino != recorded
+    done = clean_shm(str(shm))
+    assert done.removed == [] and path.read_bytes() == b"someone else's" and done.unproven == 2
+    assert read_ledger(shm).files == {}  # the recorded file is gone: nothing of ours is left
+
+
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{not json",
+        b'{"files": {"psm_00002222": "1"}}',
+        b'{"files": []}',
+        b"[]",
+        b'{"files": {"psm_00002222": INODE}}' + b" " * LEDGER_MAX_BYTES,
+    ],
+    ids=["garbage", "inode-not-int", "files-not-a-map", "not-a-map", "huge"],
+)
+def test_a_corrupt_ledger_is_empty_with_one_problem(shm: Path, content: bytes) -> None:
+    (shm / "psm_00002222").write_bytes(b"x")
+    inode = str((shm / "psm_00002222").stat().st_ino).encode()
+    (shm / LEDGER_NAME).write_bytes(content.replace(b"INODE", inode))  # huge: it would prove the file
+    done = clean_shm(str(shm))
+    assert done.removed == [] and done.unproven == 1 and done.ledger_problem
+    assert read_ledger(shm) == Ledger({})  # reset: the next start warns no more
+
+
+def test_a_ledger_that_is_a_link_or_a_fifo_is_not_followed(shm: Path, tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere.json"
+    (shm / "psm_00003333").write_bytes(b"x")
+    recorded = '{"files": {"psm_00003333": ' + str((shm / "psm_00003333").stat().st_ino) + "}}"
+    target.write_text(recorded)
+    (shm / LEDGER_NAME).symlink_to(target)
+    assert read_ledger(shm).problem and clean_shm(str(shm)).removed == []
+    assert target.read_text() == recorded  # the reset replaced the link, not what it points at
+    (shm / LEDGER_NAME).unlink(missing_ok=True)
+    os.mkfifo(shm / LEDGER_NAME)  # no writer: a blocking open would hang the preflight
+    assert read_ledger(shm).problem == "is not a regular file"
+
+
+def test_the_ledger_is_rewritten_only_when_it_gains_a_file(shm: Path) -> None:
+    child = _holder(shm / "psm_00004444")
+    try:
+        record_held(str(shm), STALE_SHM, [child.pid])
+        first = (shm / LEDGER_NAME).stat().st_ino  # each write renames a new file over it
+        record_held(str(shm), STALE_SHM, [child.pid])
+        assert (shm / LEDGER_NAME).stat().st_ino == first
+        write_ledger(shm, {"psm_0000dead": 7})  # another launcher sharing the directory rewrote it
+        record_held(str(shm), STALE_SHM, [child.pid])
+        assert set(read_ledger(shm).files) == {"psm_0000dead", "psm_00004444"}
+    finally:
+        _crash(child)
+    assert [p.name for p in shm.iterdir() if p.name.startswith(LEDGER_NAME + ".")] == []  # no temporaries
+
+
+def test_the_ledgers_own_name_matches_no_engines_segments() -> None:
+    for family in FAMILIES:
+        pattern = stale_shm(family.shm_segments)
+        assert pattern.fullmatch(LEDGER_NAME) is None, family.name
+        assert pattern.fullmatch(LEDGER_NAME + ".tmp1a2b3c") is None, family.name
