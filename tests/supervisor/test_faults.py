@@ -4,15 +4,19 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 import psutil
+import pytest
 
+from launcher.supervise.shm_ledger import LEDGER_NAME, read_ledger
 from tests.pods import LauncherPod, plan_children
 from tests.supervisor.conftest import MakePod
 
@@ -22,11 +26,21 @@ def assert_clean_exit(pod: LauncherPod, code: int, expected: int) -> None:
     assert pod.leftovers() == [], pod.output()
 
 
-def test_sigterm_stops_engine_and_sidecar_with_exit_0(make_pod: MakePod) -> None:
-    shm = Path(tempfile.mkdtemp(prefix="llmd-test-", dir="/dev/shm"))  # a tmpfs of our own
-    pod = make_pod({"LLMD_SHM_DIR": str(shm)})  # leftovers of a crashed engine
+@pytest.fixture
+def shm() -> Iterator[Path]:
+    """A directory of our own on the machine's /dev/shm (a tmpfs), removed after the test."""
+    root = Path(tempfile.mkdtemp(prefix="llmd-test-", dir="/dev/shm"))
+    try:
+        yield root
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def test_sigterm_stops_engine_and_sidecar_with_exit_0(make_pod: MakePod, shm: Path) -> None:
+    pod = make_pod({"LLMD_SHM_DIR": str(shm)})  # files named as a crashed engine's, never ours
     for name in ("psm_1a2b3c4d", "vllm_offload_0.mmap"):
         (shm / name).write_bytes(b"stale")
+    (shm / LEDGER_NAME).write_bytes(b"{corrupt")
     pod.start()
     pod.wait_for("render | stand-in render up")
     pod.wait_for("engine | stand-in engine up")
@@ -34,9 +48,41 @@ def test_sigterm_stops_engine_and_sidecar_with_exit_0(make_pod: MakePod) -> None
     pod.signal(signal.SIGTERM)
     assert_clean_exit(pod, pod.finish(), 0)
     assert "engine | stand-in draining up to 17s" in pod.stdout  # --shutdown-timeout from grace 30
-    assert "removed stale shared-memory files count=2" in pod.stderr and list(shm.iterdir()) == []
-    shm.rmdir()
+    assert "removed stale shared-memory files count=0" in pod.stderr
+    left = [line for line in pod.stderr.splitlines() if "not removed: not proven the launcher's own" in line]
+    assert len(left) == 1 and "count=2" in left[0], pod.stderr
+    assert pod.stderr.count("shared-memory ledger treated as empty") == 1, pod.stderr
+    assert sorted(p.name for p in shm.iterdir()) == [LEDGER_NAME, "psm_1a2b3c4d", "vllm_offload_0.mmap"]
     assert not pod.termination_log.exists()  # written only for a non-zero exit
+
+
+def test_a_crashed_engines_segment_is_removed_at_the_next_start(make_pod: MakePod, shm: Path) -> None:
+    """llm-d/llm-d#352: the engine crashes leaving the segment it held; the container restarts (same
+    /dev/shm) and the next launcher removes it, proven its own by the ledger; another's file stays."""
+    segment, theirs = shm / "psm_5e9a0001", shm / "psm_7e1e0001"
+    theirs.write_bytes(b"another program's, closed, to be attached later")
+    crashed = make_pod({"LLMD_SHM_DIR": str(shm), "STANDIN_ENGINE": f"shm={segment}"}).start()
+    crashed.wait_for("engine | stand-in engine up")
+    _wait_recorded(shm, segment.name, crashed)
+    crashed.children()["engine"].kill()
+    assert_clean_exit(crashed, crashed.finish(), 137)
+    assert segment.exists()  # left by the crash
+    restarted = make_pod({"LLMD_SHM_DIR": str(shm)}).start()
+    restarted.wait_for("engine | stand-in engine up")
+    restarted.signal(signal.SIGTERM)
+    assert_clean_exit(restarted, restarted.finish(), 0)
+    removed = [line for line in restarted.stderr.splitlines() if "removed stale shared-memory" in line]
+    assert len(removed) == 1 and "count=1" in removed[0] and segment.name in removed[0], removed
+    assert not segment.exists() and theirs.exists()
+    assert "not removed: not proven the launcher's own" in restarted.stderr
+
+
+def _wait_recorded(shm: Path, name: str, pod: LauncherPod, timeout: float = 20.0) -> None:
+    """Until the running launcher's ledger names the file (its first sample comes soon after spawning)."""
+    deadline = time.monotonic() + timeout
+    while name not in read_ledger(shm).files:
+        assert time.monotonic() < deadline, pod.output()
+        time.sleep(0.1)
 
 
 def test_engine_killed_by_sigkill_exits_137_promptly(make_pod: MakePod) -> None:
