@@ -272,7 +272,8 @@ class Settings(BaseSettings):
     )
     shm_dir: str = setting(
         "/dev/shm",
-        "stale files no process holds are removed here before spawning; empty: skip",
+        "crashed engines' stale files are removed here before spawning, only those the launcher's own "
+        "processes were seen holding (its ledger in this directory) that no process holds now; empty: skip",
         fix="give an absolute directory, or an empty value to skip the /dev/shm clean-up",
         section="run",
     )
