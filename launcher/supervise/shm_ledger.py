@@ -96,6 +96,7 @@ def files_held(device: int, pids: Iterable[int | str]) -> set[tuple[int, int]]:
     maps: `address perms offset major:minor inode path`)."""
     used: set[tuple[int, int]] = set()
     dev = f"{os.major(device):02x}:{os.minor(device):02x}"
+    spaced = f" {dev} "
     for pid in pids:
         base = f"/proc/{pid}"
         try:
@@ -106,6 +107,8 @@ def files_held(device: int, pids: Iterable[int | str]) -> set[tuple[int, int]]:
                         used.add((st.st_dev, st.st_ino))
             with open(f"{base}/maps", encoding="utf-8", errors="replace") as maps:
                 for line in maps:
+                    if spaced not in line:  # most lines: a library or an anonymous region, never split
+                        continue
                     fields = line.split(None, 5)
                     if len(fields) >= 5 and fields[3] == dev:
                         used.add((device, int(fields[4])))
@@ -126,12 +129,15 @@ def record_held(directory: str, pattern: re.Pattern[str], pids: Iterable[int]) -
     if not held:
         return
     ours: dict[str, int] = {}
-    for entry in root.iterdir():
-        if pattern.fullmatch(entry.name):
+    with os.scandir(root) as entries:  # the directory's own type and inode: no stat per file
+        for entry in entries:
             with contextlib.suppress(OSError):
-                st = entry.lstat()
-                if stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) in held:
-                    ours[entry.name] = st.st_ino
+                if (
+                    pattern.fullmatch(entry.name)
+                    and entry.is_file(follow_symlinks=False)
+                    and (device, entry.inode()) in held
+                ):
+                    ours[entry.name] = entry.inode()
     recorded = read_ledger(root).files
     if ours.items() - recorded.items():
         write_ledger(root, {**recorded, **ours})

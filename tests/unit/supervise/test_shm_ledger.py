@@ -36,9 +36,19 @@ def shm() -> Iterator[Path]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def _holder(path: Path) -> subprocess.Popen[str]:
-    """A real child process (as an engine's worker) that creates the file and holds it open."""
-    code = f"import sys; f = open({str(path)!r}, 'wb'); print('ok', flush=True); sys.stdin.read()"
+def _holder(path: Path, *, mapped_only: bool = False) -> subprocess.Popen[str]:
+    """A real child process (as an engine's worker) that creates the file and holds it open; or,
+    mapped_only, maps it and closes its descriptor, as NCCL's shmutils does (visible in maps alone;
+    CPython's mmap would keep a duplicate descriptor, so libc's mmap is called)."""
+    hold = f"f = open({str(path)!r}, 'wb')"
+    if mapped_only:
+        hold = (
+            "import ctypes; libc = ctypes.CDLL(None); libc.mmap.restype = ctypes.c_void_p; "
+            "libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t] + [ctypes.c_int] * 3 + [ctypes.c_long]; "
+            f"fd = os.open({str(path)!r}, os.O_CREAT | os.O_RDWR, 0o600); os.ftruncate(fd, 4096); "
+            "assert libc.mmap(None, 4096, 3, 1, fd, 0) not in (None, 2**64 - 1); os.close(fd)"  # RW, SHARED
+        )
+    code = f"import os, sys; {hold}; print('ok', flush=True); sys.stdin.read()"
     child = subprocess.Popen(
         [sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
     )
@@ -65,6 +75,23 @@ def test_a_file_our_tree_held_is_removed_at_the_next_start_once_orphaned(shm: Pa
     assert (done.removed, done.failed, done.unproven, done.ledger_problem) == (["psm_0000bbbb"], [], 1, None)
     assert sorted(p.name for p in shm.iterdir()) == [LEDGER_NAME, "psm_0000aaaa"]
     assert read_ledger(shm).files == {}  # reset to what is left of ours: nothing
+
+
+def test_a_segment_our_tree_only_maps_is_recorded_and_kept_while_mapped(shm: Path) -> None:
+    segment = shm / "nccl-AbC123"
+    child = _holder(segment, mapped_only=True)
+    try:
+        assert not [
+            fd
+            for fd in os.listdir(f"/proc/{child.pid}/fd")
+            if os.readlink(f"/proc/{child.pid}/fd/{fd}") == str(segment)
+        ]
+        record_held(str(shm), STALE_SHM, [child.pid])
+        assert set(read_ledger(shm).files) == {segment.name}
+        assert clean_shm(str(shm)).removed == [] and segment.exists()  # still mapped: kept
+    finally:
+        _crash(child)
+    assert clean_shm(str(shm)).removed == [segment.name]
 
 
 def test_a_file_no_process_of_ours_held_is_left(shm: Path) -> None:
