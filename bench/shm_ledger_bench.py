@@ -78,7 +78,7 @@ def main() -> None:
             wall.append((time.perf_counter() - w) * 1000)
             cpu.append((time.process_time() - c) * 1000)
             ledgers.add((root / shm_ledger.LEDGER_NAME).stat().st_ino)  # each write renames a new file
-        recorded = len(shm_ledger.read_ledger(root).files)
+        recorded = len(shm_ledger.read_ledger(root).files(None))
         for child in holders:
             child.kill()
             child.wait()

@@ -488,6 +488,7 @@ async def _prepare(
         sysfs_root=settings.sysfs_root,
         store_master_wait_seconds=settings.store_master_wait_seconds,
         pod_ip=settings.pod_ip,
+        pod_name=settings.pod_name,
     )
     if host.ifname or host.rdma:
         found = replace(found, interface=host.ifname, rdma=host.rdma)

@@ -378,11 +378,11 @@ class ShmCleanup:
     ledger_problem: str | None = None
 
 
-def clean_shm(directory: str, engine_segments: Sequence[str] = ()) -> ShmCleanup:
+def clean_shm(directory: str, engine_segments: Sequence[str] = (), pod_name: str | None = None) -> ShmCleanup:
     """Remove the stale shared memory of crashed engines (llm-d/llm-d#352: one crash would otherwise
     become a crash loop), and only what the launcher can prove its own: regular files directly in the
     directory, named as the engines name their segments (STALE_SHM and the plan's engine_segments),
-    that the ledger (launcher/supervise/shm_ledger.py) says our process tree held, with the same inode
+    that the ledger (launcher/supervise/shm_ledger.py) says this pod's process tree held, with the same inode
     (a file made again under that name by someone else is not ours), and that no process we can see
     holds open or mapped. A file in use is known by its device and inode, as /proc shows them,
     whatever path spells the directory (Debian's /run/shm is a symlink to /dev/shm). Symlinks and
@@ -393,6 +393,7 @@ def clean_shm(directory: str, engine_segments: Sequence[str] = ()) -> ShmCleanup
         return ShmCleanup()
     stale = stale_shm(engine_segments)
     ledger = read_ledger(root)
+    ours = ledger.files(pod_name)
     in_use = files_held(root.stat().st_dev, visible_pids())
     removed: list[str] = []
     failed: list[str] = []
@@ -404,7 +405,7 @@ def clean_shm(directory: str, engine_segments: Sequence[str] = ()) -> ShmCleanup
             st = entry.lstat()
             if not stat.S_ISREG(st.st_mode):
                 continue
-            if ledger.files.get(entry.name) != st.st_ino:
+            if ours.get(entry.name) != st.st_ino:
                 unproven += 1
                 continue
             if (st.st_dev, st.st_ino) in in_use:
@@ -415,9 +416,9 @@ def clean_shm(directory: str, engine_segments: Sequence[str] = ()) -> ShmCleanup
             pass
         except OSError as exc:
             failed.append(f"{entry.name} ({exc.strerror or type(exc).__name__})")
-    if ledger.files or ledger.problem:
+    if ledger.owners or ledger.problem:
         with contextlib.suppress(OSError):  # a read-only directory: the ledger said no more than this
-            write_ledger(root, still_there(root, ledger.files))
+            write_ledger(root, still_there(root, ledger.owners))
     return ShmCleanup(removed, failed, unproven, ledger.problem)
 
 
@@ -440,6 +441,7 @@ async def run_preflight(
     sysfs_root: str = "/sys",
     store_master_wait_seconds: float = 0.0,
     pod_ip: str | None = None,
+    pod_name: str | None = None,
 ) -> HostReport:
     """All local checks; every problem found is reported at once. Returns what the host checks found
     (the interface that holds POD_IP, the RDMA ports, the installed engine) for run to fill in. The
@@ -469,7 +471,7 @@ async def run_preflight(
         elif problem is not None:
             raise ConfigError([problem])
     if shm_dir:
-        done = await _bounded("shm clean-up", clean_shm, shm_dir, plan.needs.shm_segments)
+        done = await _bounded("shm clean-up", clean_shm, shm_dir, plan.needs.shm_segments, pod_name)
         if done.ledger_problem:
             log.warning(
                 "shared-memory ledger treated as empty",

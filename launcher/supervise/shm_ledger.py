@@ -5,7 +5,9 @@ right now (a Python SharedMemory created by one process, to be attached by anoth
 
 While the engine runs, the supervisor samples the files its descendants hold open or mapped and adds
 them (name and inode) to a ledger kept in the shm directory itself: /dev/shm outlives a container
-restart exactly as the files do, which LLMD_RUNTIME_DIR does not.
+restart exactly as the files do, which LLMD_RUNTIME_DIR does not. Entries are kept per owner, the
+pod's name: it survives a container restart, and a pod sharing the directory (hostIPC) has another,
+whose processes this launcher cannot see, so whose entries prove nothing about ours.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import contextlib
 import json
 import os
 import re
+import socket
 import stat
 import tempfile
 from collections.abc import Iterable, Mapping
@@ -26,12 +29,24 @@ FIRST_SAMPLE_AFTER = 2.0  # seconds after spawning: the engine's first segments 
 SAMPLE_EVERY = 30.0  # seconds between samples: a segment lives for the engine's life, not seconds
 
 
+Owners = Mapping[str, Mapping[str, int]]  # owner -> file name -> inode
+
+
 @dataclass(frozen=True)
 class Ledger:
-    """What the ledger says: file name -> inode; `problem` when it could not be read (then empty)."""
+    """What the ledger says: owner -> file name -> inode; `problem` when it could not be read (then
+    empty)."""
 
-    files: dict[str, int]
+    owners: dict[str, dict[str, int]]
     problem: str | None = None
+
+    def files(self, pod_name: str | None) -> dict[str, int]:
+        return self.owners.get(ledger_owner(pod_name), {})
+
+
+def ledger_owner(pod_name: str | None) -> str:
+    """The pod's name (POD_NAME), else the host's name (a pod's hostname is its name too)."""
+    return pod_name or socket.gethostname()
 
 
 def read_ledger(root: Path) -> Ledger:
@@ -54,22 +69,25 @@ def read_ledger(root: Path) -> Ledger:
     if len(data) > LEDGER_MAX_BYTES:
         return Ledger({}, f"is larger than {LEDGER_MAX_BYTES} bytes")
     try:
-        files = json.loads(data)["files"]
+        owners = json.loads(data)["owners"]
     except (ValueError, KeyError, TypeError):
         return Ledger({}, "is not the launcher's JSON")
-    if not isinstance(files, dict) or not all(
-        isinstance(k, str) and type(v) is int for k, v in files.items()
+    if not isinstance(owners, dict) or not all(
+        isinstance(files, dict) and all(isinstance(k, str) and type(v) is int for k, v in files.items())
+        for files in owners.values()
     ):
         return Ledger({}, "is not the launcher's JSON")
-    return Ledger(files)
+    return Ledger(owners)
 
 
-def write_ledger(root: Path, files: Mapping[str, int]) -> None:
+def write_ledger(root: Path, owners: Owners) -> None:
     """Atomically (a temporary file renamed over it): a crash mid-write leaves the old ledger."""
     fd, tmp = tempfile.mkstemp(dir=root, prefix=f"{LEDGER_NAME}.")
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump({"files": dict(sorted(files.items()))}, handle)
+            json.dump(
+                {"owners": {o: dict(sorted(f.items())) for o, f in sorted(owners.items()) if f}}, handle
+            )
         os.replace(tmp, root / LEDGER_NAME)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -77,13 +95,14 @@ def write_ledger(root: Path, files: Mapping[str, int]) -> None:
         raise
 
 
-def still_there(root: Path, files: Mapping[str, int]) -> dict[str, int]:
-    """The ledger's files that are still there with the same inode: what is left of ours."""
-    left = {}
-    for name, inode in files.items():
-        with contextlib.suppress(OSError):
-            if "/" not in name and (root / name).lstat().st_ino == inode:
-                left[name] = inode
+def still_there(root: Path, owners: Owners) -> dict[str, dict[str, int]]:
+    """The ledger's files that are still there with the same inode, by owner: what is left."""
+    left: dict[str, dict[str, int]] = {}
+    for owner, files in owners.items():
+        for name, inode in files.items():
+            with contextlib.suppress(OSError):
+                if "/" not in name and (root / name).lstat().st_ino == inode:
+                    left.setdefault(owner, {})[name] = inode
     return left
 
 
@@ -117,8 +136,11 @@ def files_held(device: int, pids: Iterable[int | str]) -> set[tuple[int, int]]:
     return used
 
 
-def record_held(directory: str, pattern: re.Pattern[str], pids: Iterable[int]) -> None:
-    """Add to the ledger the regular files directly in directory, named by pattern, that pids hold.
+def record_held(
+    directory: str, pattern: re.Pattern[str], pids: Iterable[int], pod_name: str | None = None
+) -> None:
+    """Add to the ledger, as this pod's, the regular files directly in directory, named by pattern,
+    that pids hold.
     The ledger is read each time (another launcher sharing the directory may have rewritten it) and
     written only when it gains a file."""
     root = Path(os.path.realpath(directory))
@@ -138,6 +160,7 @@ def record_held(directory: str, pattern: re.Pattern[str], pids: Iterable[int]) -
                     and (device, entry.inode()) in held
                 ):
                     ours[entry.name] = entry.inode()
-    recorded = read_ledger(root).files
+    ledger = read_ledger(root)
+    recorded = ledger.files(pod_name)
     if ours.items() - recorded.items():
-        write_ledger(root, {**recorded, **ours})
+        write_ledger(root, {**ledger.owners, ledger_owner(pod_name): {**recorded, **ours}})

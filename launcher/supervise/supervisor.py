@@ -97,6 +97,7 @@ class SupervisorConfig:
     sidecar_restart_window: float
     restart_backoff: float
     shm_dir: str  # where the segments our processes hold are recorded (shm_ledger.py); empty: nowhere
+    pod_name: str | None  # whose they are recorded as (POD_NAME; else the host's name)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> SupervisorConfig:
@@ -106,6 +107,7 @@ class SupervisorConfig:
             sidecar_restart_window=settings.sidecar_restart_window,
             restart_backoff=settings.restart_backoff_seconds,
             shm_dir=settings.shm_dir,
+            pod_name=settings.pod_name,
         )
 
 
@@ -212,7 +214,7 @@ class Supervisor:
         pattern = stale_shm(self.plan.needs.shm_segments)
 
         def sample() -> None:
-            record_held(directory, pattern, [d.pid for d in self.spawner.descendants()])
+            record_held(directory, pattern, [d.pid for d in self.spawner.descendants()], self.config.pod_name)
 
         await asyncio.sleep(FIRST_SAMPLE_AFTER)
         while True:

@@ -27,7 +27,7 @@ from launcher.supervise.preflight import (
     check_runtime_dir,
     clean_shm,
 )
-from launcher.supervise.shm_ledger import write_ledger
+from launcher.supervise.shm_ledger import ledger_owner, write_ledger
 from tests.unit.supervise.probes import ENGINE_RUNS
 
 
@@ -52,7 +52,8 @@ def test_clean_shm_removes_only_files_of_ours_nobody_holds() -> None:
         (root / "subdir").mkdir()
         held = root / "psm_5ea1e003"
         held.write_bytes(b"x")
-        write_ledger(root, {n: (root / n).stat().st_ino for n in ("psm_5ea1e001", "psm_5ea1e003")})
+        ours = {n: (root / n).stat().st_ino for n in ("psm_5ea1e001", "psm_5ea1e003")}
+        write_ledger(root, {ledger_owner(None): ours})
         with held.open("rb"):
             done = clean_shm(str(root))
         assert done.removed == ["psm_5ea1e001"] and done.failed == [] and done.unproven == 1

@@ -18,7 +18,7 @@ import pytest
 from launcher.contract.plan import Plan, PodIdentity, Role, RoleKind, ShutdownBudget
 from launcher.supervise import preflight
 from launcher.supervise.preflight import check_shm_dir, clean_shm
-from launcher.supervise.shm_ledger import write_ledger
+from launcher.supervise.shm_ledger import ledger_owner, write_ledger
 from roles.engines.sglang import SGLANG
 from roles.engines.vllm import VLLM
 from tests.unit.supervise.probes import ENGINE_RUNS
@@ -39,7 +39,7 @@ def shm() -> Iterator[Path]:
 
 def _ours(shm: Path, *names: str) -> None:
     """Record these files in the ledger as a previous run's samples would have (name + inode)."""
-    write_ledger(shm, {name: (shm / name).lstat().st_ino for name in names})
+    write_ledger(shm, {ledger_owner(None): {name: (shm / name).lstat().st_ino for name in names}})
 
 
 def _plan(model: str | None) -> Plan:

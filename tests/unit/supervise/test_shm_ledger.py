@@ -3,6 +3,7 @@ the ledger proves them (name and inode); everything else matching an engine's na
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -18,6 +19,7 @@ from launcher.supervise.shm_ledger import (
     LEDGER_MAX_BYTES,
     LEDGER_NAME,
     Ledger,
+    ledger_owner,
     read_ledger,
     record_held,
     write_ledger,
@@ -67,14 +69,14 @@ def test_a_file_our_tree_held_is_removed_at_the_next_start_once_orphaned(shm: Pa
     child = _holder(shm / "psm_0000bbbb")
     try:
         record_held(str(shm), STALE_SHM, [child.pid])
-        assert read_ledger(shm).files == {"psm_0000bbbb": (shm / "psm_0000bbbb").stat().st_ino}
+        assert read_ledger(shm).files(None) == {"psm_0000bbbb": (shm / "psm_0000bbbb").stat().st_ino}
         assert clean_shm(str(shm)).removed == []  # still held: kept, and still ours
     finally:
         _crash(child)
     done = clean_shm(str(shm))
     assert (done.removed, done.failed, done.unproven, done.ledger_problem) == (["psm_0000bbbb"], [], 1, None)
     assert sorted(p.name for p in shm.iterdir()) == [LEDGER_NAME, "psm_0000aaaa"]
-    assert read_ledger(shm).files == {}  # reset to what is left of ours: nothing
+    assert read_ledger(shm).files(None) == {}  # reset to what is left of ours: nothing
 
 
 def test_a_segment_our_tree_only_maps_is_recorded_and_kept_while_mapped(shm: Path) -> None:
@@ -87,7 +89,7 @@ def test_a_segment_our_tree_only_maps_is_recorded_and_kept_while_mapped(shm: Pat
             if os.readlink(f"/proc/{child.pid}/fd/{fd}") == str(segment)
         ]
         record_held(str(shm), STALE_SHM, [child.pid])
-        assert set(read_ledger(shm).files) == {segment.name}
+        assert set(read_ledger(shm).files(None)) == {segment.name}
         assert clean_shm(str(shm)).removed == [] and segment.exists()  # still mapped: kept
     finally:
         _crash(child)
@@ -105,7 +107,7 @@ def test_a_file_no_process_of_ours_held_is_left(shm: Path) -> None:
         record_held(str(shm), STALE_SHM, [child.pid])
     finally:
         _crash(child)
-    assert set(read_ledger(shm).files) == {"psm_0000dddd"}
+    assert set(read_ledger(shm).files(None)) == {"psm_0000dddd"}
     done = clean_shm(str(shm))
     assert done.removed == ["psm_0000dddd"] and done.unproven == 1 and theirs.exists()
     assert clean_shm(str(shm)).unproven == 1 and theirs.exists()  # and at every later start
@@ -126,31 +128,46 @@ def test_the_same_name_made_again_by_someone_else_is_left(shm: Path) -> None:
         record_held(str(shm), STALE_SHM, [child.pid])
     finally:
         _crash(child)
-    recorded = read_ledger(shm).files["psm_0000ffff"]
+    recorded = read_ledger(shm).files(None)["psm_0000ffff"]
     path.unlink()
     (shm / "psm_00001111").write_bytes(b"x")  # so the new file cannot take the freed inode back
     path.write_bytes(b"someone else's")
     assert path.stat().st_ino != recorded
     done = clean_shm(str(shm))
     assert done.removed == [] and path.read_bytes() == b"someone else's" and done.unproven == 2
-    assert read_ledger(shm).files == {}  # the recorded file is gone: nothing of ours is left
+    assert read_ledger(shm).files(None) == {}  # the recorded file is gone: nothing of ours is left
+
+
+def test_another_pods_entries_prove_nothing_and_are_kept(shm: Path) -> None:
+    """A pod sharing the directory (hostIPC) records its own segments; its processes are invisible
+    here, so its entries are never ours to act on, and the reset keeps them."""
+    child = _holder(shm / "psm_00005555")
+    try:
+        record_held(str(shm), STALE_SHM, [child.pid], "pod-b")
+    finally:
+        _crash(child)
+    done = clean_shm(str(shm), pod_name="pod-a")
+    assert done.removed == [] and done.unproven == 1 and (shm / "psm_00005555").exists()
+    assert set(read_ledger(shm).files("pod-b")) == {"psm_00005555"}
+    assert clean_shm(str(shm), pod_name="pod-b").removed == ["psm_00005555"]  # pod-b's next start
 
 
 @pytest.mark.parametrize(
     "content",
     [
         b"{not json",
-        b'{"files": {"psm_00002222": "1"}}',
-        b'{"files": []}',
+        b'{"owners": {"OWNER": {"psm_00002222": "1"}}}',
+        b'{"owners": {"OWNER": []}}',
         b"[]",
-        b'{"files": {"psm_00002222": INODE}}' + b" " * LEDGER_MAX_BYTES,
+        b'{"owners": {"OWNER": {"psm_00002222": INODE}}}' + b" " * LEDGER_MAX_BYTES,
     ],
     ids=["garbage", "inode-not-int", "files-not-a-map", "not-a-map", "huge"],
 )
 def test_a_corrupt_ledger_is_empty_with_one_problem(shm: Path, content: bytes) -> None:
     (shm / "psm_00002222").write_bytes(b"x")
     inode = str((shm / "psm_00002222").stat().st_ino).encode()
-    (shm / LEDGER_NAME).write_bytes(content.replace(b"INODE", inode))  # huge: it would prove the file
+    content = content.replace(b"OWNER", ledger_owner(None).encode()).replace(b"INODE", inode)
+    (shm / LEDGER_NAME).write_bytes(content)  # huge: it would prove the file
     done = clean_shm(str(shm))
     assert done.removed == [] and done.unproven == 1 and done.ledger_problem
     assert read_ledger(shm) == Ledger({})  # reset: the next start warns no more
@@ -159,7 +176,8 @@ def test_a_corrupt_ledger_is_empty_with_one_problem(shm: Path, content: bytes) -
 def test_a_ledger_that_is_a_link_or_a_fifo_is_not_followed(shm: Path, tmp_path: Path) -> None:
     target = tmp_path / "elsewhere.json"
     (shm / "psm_00003333").write_bytes(b"x")
-    recorded = '{"files": {"psm_00003333": ' + str((shm / "psm_00003333").stat().st_ino) + "}}"
+    inode = (shm / "psm_00003333").stat().st_ino
+    recorded = json.dumps({"owners": {ledger_owner(None): {"psm_00003333": inode}}})
     target.write_text(recorded)
     (shm / LEDGER_NAME).symlink_to(target)
     assert read_ledger(shm).problem and clean_shm(str(shm)).removed == []
@@ -176,9 +194,9 @@ def test_the_ledger_is_rewritten_only_when_it_gains_a_file(shm: Path) -> None:
         first = (shm / LEDGER_NAME).stat().st_ino  # each write renames a new file over it
         record_held(str(shm), STALE_SHM, [child.pid])
         assert (shm / LEDGER_NAME).stat().st_ino == first
-        write_ledger(shm, {"psm_0000dead": 7})  # another launcher sharing the directory rewrote it
+        write_ledger(shm, {ledger_owner(None): {"psm_0000dead": 7}})  # rewritten by another launcher
         record_held(str(shm), STALE_SHM, [child.pid])
-        assert set(read_ledger(shm).files) == {"psm_0000dead", "psm_00004444"}
+        assert set(read_ledger(shm).files(None)) == {"psm_0000dead", "psm_00004444"}
     finally:
         _crash(child)
     assert [p.name for p in shm.iterdir() if p.name.startswith(LEDGER_NAME + ".")] == []  # no temporaries

@@ -234,7 +234,12 @@ def supervise(
         ENGINE_RUNS,
     )
     config = SupervisorConfig(
-        bin_path="", sidecar_restarts=restarts, sidecar_restart_window=window, restart_backoff=1.0, shm_dir=""
+        bin_path="",
+        sidecar_restarts=restarts,
+        sidecar_restart_window=window,
+        restart_backoff=1.0,
+        shm_dir="",
+        pod_name=None,
     )
 
     async def main() -> Outcome:
