@@ -6,11 +6,8 @@ from __future__ import annotations
 
 import mmap
 import os
-import shutil
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,17 +21,6 @@ from roles.engines.vllm import VLLM
 from tests.unit.supervise.probes import ENGINE_RUNS
 
 STALE = ("psm_1a2b3c4d", "sem.mp-x1y2z3", "torch_12_345_0", "nccl-AbC123", "vllm_offload_e0.mmap")
-
-
-@pytest.fixture
-def shm() -> Iterator[Path]:
-    """A directory of our own on the machine's /dev/shm (a tmpfs); only it is ever removed."""
-    root = Path("/dev/shm") / f"llmd-test-{uuid.uuid4().hex}"
-    root.mkdir()
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _ours(shm: Path, *names: str) -> None:

@@ -5,11 +5,8 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,17 +22,6 @@ from launcher.supervise.shm_ledger import (
     write_ledger,
 )
 from roles.engines import FAMILIES
-
-
-@pytest.fixture
-def shm() -> Iterator[Path]:
-    """A directory of our own on the machine's /dev/shm (a tmpfs); only it is ever touched."""
-    root = Path("/dev/shm") / f"llmd-test-{uuid.uuid4().hex}"
-    root.mkdir()
-    try:
-        yield root
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
 
 
 def _holder(path: Path, *, mapped_only: bool = False) -> subprocess.Popen[str]:
