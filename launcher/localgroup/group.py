@@ -259,7 +259,10 @@ class LocalGroup:
             for r in self.pods
         ]  # fmt: skip
         data = {"leader_address": self.layout.leader_address, "tag": self.tag, "pods": pods}
-        (self.workdir / "pods.json").write_text(json.dumps(data, indent=2) + "\n")
+        # Whole or not at all: readers (tests, a status script) poll it while pods come and go.
+        partial = self.workdir / "pods.json.partial"
+        partial.write_text(json.dumps(data, indent=2) + "\n")
+        partial.replace(self.workdir / "pods.json")
 
     def reap(self) -> list[RunningPod]:
         """Pods that ended since the last call."""
