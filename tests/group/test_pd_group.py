@@ -8,8 +8,8 @@ inside vLLM's MultiConnector. A request goes through the disagg sidecar STAND-IN
 (tests/standins/llm-d-router-disagg-sidecar), which follows the Go sidecar's nixlv2 two-step protocol.
 
 The engines run with the STAND-IN for "a machine with enough cores" on their PYTHONPATH
-(tests/standins/enough_cores: NIXL's progress thread polls every 1 ms instead of spinning a core, and
-vLLM's CPU pin of both model threads to core 1 is skipped); the fixture requires its marks in both pods'
+(tests/standins/enough_cores: NIXL's spinning progress thread runs at nice 19, and vLLM's CPU pin of
+the model threads to core 1 is skipped); the fixture requires its marks in both pods'
 logs. Without it the decode engine took 4 to over 10 minutes to start on this 2-core machine.
 
 One group for the module; the tests run in file order and the last one kills the prefill engine.
