@@ -45,6 +45,9 @@ BASE = ROOT / "deploy" / "kimi-k3.1-pro"
 TPU = BASE / "tpu"  # the TPU pool's own kustomization (the guide's modelserver/tpu/sglang/)
 OVERLAY = ROOT / "deploy" / "overlays" / "gke-a4x-max"
 K8S_VERSION = "1.33"
+# DRA objects (ResourceClaimTemplate) as resource.k8s.io/v1, GA in 1.34: GKE A4X Max needs 1.34.3 or later
+# (NVIDIA AICR docs/integrator/gke-a4x-max-networking.md, after GKE's A4X Max guide).
+DRA_K8S_VERSION = "1.34"
 # What the downward API and LWS give each pod (the addresses are examples).
 DOWNWARD = {"status.podIP": "10.64.0.10", "metadata.name": "pod-0", "metadata.namespace": "llm-d-kimi-k3-1",
             "spec.nodeName": "node-a",
@@ -178,7 +181,8 @@ def validate(doc: dict[str, Any]) -> list[str]:
             f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)
         ] + extra
     try:
-        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+        version = DRA_K8S_VERSION if doc["apiVersion"].startswith("resource.k8s.io/") else K8S_VERSION
+        kubernetes_validate.validate(doc, version, strict=True)
     except kubernetes_validate.ValidationError as exc:
         return [str(exc.message)]
     return []
@@ -287,8 +291,13 @@ def test_the_validators_catch_mistakes() -> None:
     domain["spec"]["numNodes"] = "ten"
     assert any("'ten' is not of type 'integer'" in e for e in validate(domain))
     claim = copy.deepcopy(next(doc for _, doc in DOCS if doc["kind"] == "ResourceClaimTemplate"))
-    claim["spec"]["spec"]["devices"]["requests"][0]["countt"] = 8
+    claim["spec"]["spec"]["devices"]["requests"][0]["exactly"]["countt"] = 8
     assert validate(claim)
+    beta_shape = copy.deepcopy(next(doc for _, doc in DOCS if doc["kind"] == "ResourceClaimTemplate"))
+    beta_shape["spec"]["spec"]["devices"]["requests"][0] |= beta_shape["spec"]["spec"]["devices"]["requests"][
+        0
+    ].pop("exactly")
+    assert validate(beta_shape)  # v1beta1's request shape is not v1's
 
 
 @pytest.mark.parametrize(("name", "doc"), WORKLOADS, ids=[name for name, _ in WORKLOADS])
@@ -448,7 +457,9 @@ def test_the_overlay_claims_the_compute_domain_and_nics_on_every_gpu_pod() -> No
     nics = overlay[("ResourceClaimTemplate", "kimi-k3-1-gpu-vllm-rdma-nic")]["spec"]["spec"]["devices"][
         "requests"
     ]
-    assert [(r["deviceClassName"], r["count"]) for r in nics] == [("mrdma.google.com", 8)]
+    assert [(r["exactly"]["deviceClassName"], r["exactly"]["count"]) for r in nics] == [
+        ("mrdma.google.com", 8)
+    ]
     for pool in ("prefill", "decode"):
         for template in pod_templates(overlay[("LeaderWorkerSet", f"kimi-k3-1-gpu-vllm-{pool}")]):
             spec = template["spec"]
@@ -539,6 +550,25 @@ def test_the_router_and_the_pod_monitor_select_the_right_pods() -> None:
             assert wanted.items() <= labels.items(), doc["metadata"]["name"]
             serving = labels.get("llm-d.ai/inference-serving") == "true"
             assert (labels.get("llm-d.ai/guide") == "kimi-k3-1") == serving
+
+
+# What GKE's and NVIDIA's A4X Max docs require of a pod's placement (NVIDIA AICR
+# docs/integrator/gke-a4x-max-networking.md, after GKE's "Create an AI-optimized GKE cluster that uses A4X
+# Max"): the accelerator network profile's label, arm64 (Grace); and GKE's GPU-type label.
+A4X_MAX_NODES = {"gke.networks.io/accelerator-network-profile": "auto", "kubernetes.io/arch": "arm64",
+                 "cloud.google.com/gke-accelerator": "nvidia-gb300"}  # fmt: skip
+
+
+def test_the_overlay_puts_every_gpu_pod_on_the_a4x_max_pool_and_claims_whole_nodes() -> None:
+    """Every prefill and decode pod of the overlay selects the pool's labels, and takes the whole node:
+    4 GPUs and all 8 RDMA NICs (RDMA cannot be shared between pods of one A4X Max node)."""
+    for name, doc in DOCS:
+        if not name.startswith(str(OVERLAY.relative_to(ROOT))) or doc["kind"] != "LeaderWorkerSet":
+            continue
+        for template in pod_templates(doc):
+            spec = template["spec"]
+            assert spec["nodeSelector"] == A4X_MAX_NODES, name
+            assert spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
 
 
 def test_the_mnnvl_component_gives_every_gpu_pod_host_ipc_pid_and_the_env() -> None:
