@@ -156,6 +156,18 @@ def test_a_decode_edit_rolls_only_decode(tmp_path: Path, base: str, components: 
     }
 
 
+def test_under_the_disaggregated_set_a_decode_edit_changes_the_set(tmp_path: Path) -> None:
+    """With components/disaggregated-set both roles live in one object: the decode edit changes it
+    (and its controller's revision hash covers both roles: the pair rolls, docs/fleet.md); still not
+    prefill's ConfigMap, the master or the donors."""
+    root = tmp_path / "deploy"
+    shutil.copytree(ROOT / "deploy", root)
+    changed = changed_by_a_decode_edit(
+        root, root / "overlays/gke-a4x-max", ("mooncake-donors", "disaggregated-set")
+    )
+    assert changed == {("ConfigMap", "kimi-k3-1-decode-recipe"), ("DisaggregatedSet", "kimi-k3-1-gpu-vllm")}
+
+
 def test_the_master_is_replaced_never_doubled_and_mounts_only_its_own_recipe() -> None:
     """Recreate: the old master stops before the new one starts (a RollingUpdate would run two, and
     clients would register with either). Its ConfigMap is mounted by no other workload."""
