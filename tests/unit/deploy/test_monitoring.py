@@ -335,13 +335,15 @@ IDENTITY = {"model": "/models/Kimi-K3.1-Pro", "block_size": "2048", "hash_seed":
 
 
 def _launcher(target: dict[str, str], values: str, deadline: int = 7200) -> dict[str, str]:
-    """What a healthy launcher's scrape yields: `up`, its KV identity, a start-up far from its deadline."""
+    """What a healthy launcher's scrape yields while it lives (`values`: V where a sample is): `up`, its
+    KV identity, a start-up deadline far away (Unix time `deadline`; test time starts at 0)."""
     own = {"instance": target["instance"], "pod": target["pod"]}
+    ones = values.replace("V", "1")
     return {
-        _k("up", **target): values,
-        _s("llmd_launcher_kv_cache_identity", **own, **IDENTITY): values,
-        _s("llmd_launcher_startup_deadline_timestamp_seconds", **own): values.replace("1", str(deadline)),
-        _s("llmd_launcher_startup_phase", **own, phase="started"): values,
+        _k("up", **target): ones,
+        _s("llmd_launcher_kv_cache_identity", **own, **IDENTITY): ones,
+        _s("llmd_launcher_startup_deadline_timestamp_seconds", **own): values.replace("V", str(deadline)),
+        _s("llmd_launcher_startup_phase", **own, phase="started"): ones,
     }
 
 
@@ -350,8 +352,8 @@ def _rolling_update() -> dict[str, str]:
     series = {_k("kube_statefulset_replicas", statefulset=PREFILL, **KSM): "3x60"}
     for group in range(3):
         down = 10 + 15 * group
-        series |= _launcher(_target(PREFILL, group, 0, f"10.0.1.{group}"), f"1x{down} stale")
-        series |= _launcher(_target(PREFILL, group, 0, f"10.0.2.{group}"), f"_x{down + 3} 1x{57 - down}")
+        series |= _launcher(_target(PREFILL, group, 0, f"10.0.1.{group}"), f"Vx{down} stale")
+        series |= _launcher(_target(PREFILL, group, 0, f"10.0.2.{group}"), f"_x{down + 3} Vx{57 - down}")
         series |= _created(PREFILL, group, f"p{group}", 0, f"Vx{down} stale")
         series |= _created(PREFILL, group, f"q{group}", down * 60, f"_x{down + 1} Vx{59 - down}")
     return series
@@ -363,7 +365,7 @@ def _recreation() -> dict[str, str]:
     series = {_k("kube_statefulset_replicas", statefulset=DECODE, **KSM): "1x60"}
     for index in range(4):
         old, new = _target(DECODE, 0, index, f"10.0.3.{index}"), _target(DECODE, 0, index, f"10.0.4.{index}")
-        series |= _launcher(old, "1x10 stale") | _launcher(new, "_x12 1x48")
+        series |= _launcher(old, "Vx10 stale") | _launcher(new, "_x12 Vx48")
         own = {"instance": old["instance"], "pod": old["pod"]}
         series[_s("llmd_launcher_peer_lost", **own, peer="worker 3")] = "0x9 1 stale"
         series[_s("llmd_launcher_forward_stalled", **own, source="engine")] = "0x9 1 stale"
@@ -377,7 +379,7 @@ def _parked_then_healed() -> dict[str, str]:
     own = {"instance": target["instance"], "pod": target["pod"]}
     return (
         {_k("kube_statefulset_replicas", statefulset=DECODE, **KSM): "1x30"}
-        | _launcher(target, "1x30")
+        | _launcher(target, "Vx30")
         | {_s("llmd_launcher_parked", **own, setting="LLMD_RECIPE_FILE", heals="in place"): "1x3 stale"}
     )
 
@@ -387,7 +389,7 @@ def _scaled_to_zero() -> dict[str, str]:
     tpu = "kimi-k3-1-tpu-sglang-decode"
     series = {_k("kube_statefulset_replicas", statefulset=tpu, **KSM): "2x10 0x50"}
     for group in range(2):
-        series |= _launcher(_target(tpu, group, 0, f"10.0.6.{group}"), "1x10 stale")
+        series |= _launcher(_target(tpu, group, 0, f"10.0.6.{group}"), "Vx10 stale")
     return series
 
 
