@@ -1,8 +1,8 @@
 """What every launcher pod of deploy/ carries, in every rendering (base, TPU, overlay, each combination of
 components, the DisaggregatedSet's roles): no Service env (`enableServiceLinks: false`: a Service named
 `vllm` would inject VLLM_PORT=tcp://..., which vLLM refuses); the launcher's ServiceAccount, whose only
-permission is creating Events, with its token mounted; LWS_NAME from the pod's LWS label on LWS pods
-(the object the launcher's Event names) and never on the others; and how to deploy into another
+permission is creating Events, its token mounted on LWS pods only; LWS_NAME from the pod's LWS label on
+LWS pods (the object the launcher's Event names) and never on the others; and how to deploy into another
 namespace (a kustomization of your own: `kubectl apply -n other -k` is refused by kubectl)."""
 
 from __future__ import annotations
@@ -59,17 +59,18 @@ def test_no_pod_gets_service_env(name: str, kind: str, template: dict[str, Any])
 
 
 @pytest.mark.parametrize(("name", "kind", "template"), POD_TEMPLATES, ids=IDS)
-def test_every_pod_runs_as_the_launcher_account_with_its_token(
+def test_every_pod_runs_as_the_launcher_account_lws_pods_with_its_token(
     name: str, kind: str, template: dict[str, Any]
 ) -> None:
     spec = template["spec"]
     assert spec["serviceAccountName"] == ACCOUNT
-    assert spec["automountServiceAccountToken"] is True
     env = {e["name"]: e for e in spec["containers"][0]["env"]}
     assert {"POD_NAME", "POD_NAMESPACE"} <= env.keys()
     if kind in ("LeaderWorkerSet", "DisaggregatedSet"):
+        assert spec["automountServiceAccountToken"] is True
         assert env["LWS_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": LWS_LABEL}}
-    else:  # the Mooncake master and the donors belong to no LWS: nothing to name
+    else:  # the Mooncake master and the donors belong to no LWS: nothing to name, no token to hold
+        assert spec["automountServiceAccountToken"] is False
         assert "LWS_NAME" not in env
 
 
