@@ -227,6 +227,37 @@ CASES = {
         {"namespace": POD["namespace"], "statefulset": DECODE, "leaderworkerset": DECODE, **KSM},
         fleet=True,
     ),
+    # The master's pod went away at 10m (the donors, scraped throughout, do not fire); the engines'
+    # Deployment-less pools are not its business.
+    "LlmdLauncherStoreUnscraped": Case(
+        {
+            _k("kube_deployment_spec_replicas", deployment="mooncake-master", **KSM): "1x60",
+            _k("kube_daemonset_status_desired_number_scheduled", daemonset="mooncake-donor", **KSM): "2x60",
+            _k(
+                "up",
+                endpoint="probes",
+                instance="10.0.7.1:8090",
+                pod="mooncake-master-5d9c-x2",
+                app_kubernetes_io_name="mooncake-master",
+            ): "1x10 stale",
+            _k(
+                "up",
+                endpoint="probes",
+                instance="10.0.7.2:8090",
+                pod="mooncake-donor-a1",
+                app_kubernetes_io_name="mooncake-donor",
+            ): "1x60",
+        },
+        "30m",
+        "20m",
+        {
+            "namespace": POD["namespace"],
+            "deployment": "mooncake-master",
+            "workload": "mooncake-master",
+            **KSM,
+        },
+        fleet=True,
+    ),
     # Group 0's leader created 5 times in 50 minutes (every 10 minutes a new uid): from the fourth
     # creation (30m) the count is over 3, firing 5 minutes later. Group 1, created once, never fires.
     "LlmdLauncherGroupRecreateLoop": Case(
@@ -385,11 +416,16 @@ def _parked_then_healed() -> dict[str, str]:
 
 
 def _scaled_to_zero() -> dict[str, str]:
-    """The TPU pool scaled to 0 groups at 10m: its launchers go away, as asked."""
+    """The TPU pool scaled to 0 groups at 10m, and the master to 0 pods: their launchers go away, as
+    asked."""
     tpu = "kimi-k3-1-tpu-sglang-decode"
     series = {_k("kube_statefulset_replicas", statefulset=tpu, **KSM): "2x10 0x50"}
     for group in range(2):
         series |= _launcher(_target(tpu, group, 0, f"10.0.6.{group}"), "Vx10 stale")
+    master = {"endpoint": "probes", "instance": "10.0.7.1:8090", "pod": "mooncake-master-5d9c-x2",
+              "app_kubernetes_io_name": "mooncake-master"}  # fmt: skip
+    series[_k("kube_deployment_spec_replicas", deployment="mooncake-master", **KSM)] = "1x10 0x50"
+    series |= _launcher(master, "Vx10 stale")
     return series
 
 
@@ -453,9 +489,8 @@ def test_every_alert_is_fit_to_page_on(rule: dict[str, Any]) -> None:
     assert rule.get("for"), "no for: one bad scrape would fire it"
     notes = rule["annotations"]
     assert {"summary", "description", "runbook_url"} <= notes.keys()
-    assert (
-        "{{ $labels.pod }}" in notes["description"] or "{{ $labels.leaderworkerset }}" in notes["description"]
-    )
+    names = ("pod", "leaderworkerset", "workload")  # the pod, or the pool: an LWS, the store's workload
+    assert any(f"{{{{ $labels.{name} }}}}" in notes["description"] for name in names)
     heading = runbook_headings()[notes["runbook_url"].removeprefix(RUNBOOK_URL)]
     assert f'Runbook: "{heading}"' in " ".join(notes["description"].split())
     assert rule["labels"]["severity"] in ("warning", "critical")
