@@ -286,6 +286,8 @@ def _topology_args(pool: VllmPool, ctx: BuildContext) -> list[Arg]:
     ]
     if multi:
         out += [*arg("data-parallel-address", leader), *arg("data-parallel-rpc-port", pool.dp_rpc_port)]
+    if pool.api_servers is not None:  # hybrid: each pod's API servers balance its own ranks
+        return [*out, *arg("data-parallel-hybrid-lb"), *arg("api-server-count", pool.api_servers)]
     if pool.supervisor_port is None:  # one pod, one API server: vLLM balances its ranks itself
         return out
     out += [
@@ -345,7 +347,8 @@ def _engine_health(pool: VllmPool) -> HttpCheck:
 def _disagg_sidecar(pool: VllmPool, ctx: BuildContext) -> ProcessSpec:
     sidecar = pool.disagg_sidecar
     assert sidecar is not None
-    local = pool.local_ranks
+    # One sidecar port per API port: each rank's behind the DP supervisor, else the pod's one.
+    local = pool.local_ranks if pool.supervisor_port else 1
     args = {
         "port": sidecar.port,
         "model-server-port": pool.port,
@@ -363,7 +366,9 @@ def _disagg_sidecar(pool: VllmPool, ctx: BuildContext) -> ProcessSpec:
         ports=tuple(
             PortSpec(p, f"sidecar-rank{r}")
             for r, p in zip(
-                ctx.role.dp_ranks or range(1), topology.local_rank_ports(sidecar.port, local), strict=True
+                (ctx.role.dp_ranks or range(1)) if local > 1 else range(1),
+                topology.local_rank_ports(sidecar.port, local),
+                strict=True,
             )
         ),
         health=HttpCheck(sidecar.port, "/health"),
