@@ -371,6 +371,9 @@ class SglangPool(EnginePool):
     kind: Literal["sglang"] = Field(description="The engine family: SGLang (`sglang.launch_server`).")
     port: Port = Field(30000, description="API port.")
     dist_init_port: Port = Field(20000, description="Port of the leader's --dist-init-addr (multinode).")
+    disagg_sidecar: DisaggSidecar | None = Field(
+        None, description="Run the llm-d routing sidecar in front of the engine (kv_connector sglang)."
+    )
 
 
 class _ServicePool(_Data):

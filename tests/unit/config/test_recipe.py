@@ -45,6 +45,7 @@ def test_builtin_recipes_are_data_for_more_than_kimi() -> None:
         "optimized-baseline-gpu-sglang",
         "optimized-baseline-gpu-vllm",
         "optimized-baseline-tpu-v7-vllm",
+        "pd-disaggregation-gpu-sglang",
         "pd-disaggregation-gpu-vllm",
         "vllm-single-pod",
         "wide-ep-deepseek-v4",

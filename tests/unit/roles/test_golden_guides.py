@@ -71,6 +71,8 @@ DIFFERENCES: dict[tuple[str, str], list[Difference]] = {
     ("optimized-baseline-cpu-vllm", "decode"): [GRACE, PORT],
     ("optimized-baseline-gpu-vllm", "decode"): [DEFAULT_GRACE, PORT],
     ("optimized-baseline-gpu-sglang", "decode"): [TP_ALIAS],
+    ("pd-disaggregation-gpu-sglang", "prefill"): [TP_ALIAS],
+    ("pd-disaggregation-gpu-sglang", "decode"): [TP_ALIAS],
     ("pd-disaggregation-gpu-vllm", "prefill"): [DEFAULT_GRACE, PORT],
     ("pd-disaggregation-gpu-vllm", "decode"): [DEFAULT_GRACE],
     ("optimized-baseline-tpu-v7-vllm", "decode"): [GRACE],
@@ -78,6 +80,7 @@ DIFFERENCES: dict[tuple[str, str], list[Difference]] = {
     ("wide-ep-deepseek-v4", "decode"): [DEFAULT_GRACE],
 }
 SIDECAR_DIFFERENCES: dict[tuple[str, str], list[Difference]] = {
+    ("pd-disaggregation-gpu-sglang", "decode"): [SIDECAR_TARGET],
     ("pd-disaggregation-gpu-vllm", "decode"): [SIDECAR_TARGET],
     ("wide-ep-deepseek-v4", "decode"): [SIDECAR_TARGET],
 }
@@ -96,6 +99,8 @@ ENV_DIFFERENCES: dict[tuple[str, str], set[str]] = {
     ("optimized-baseline-cpu-vllm", "decode"): {READY_TIMEOUT, *NETWORK},
     ("optimized-baseline-gpu-vllm", "decode"): {READY_TIMEOUT, *NETWORK},
     ("optimized-baseline-gpu-sglang", "decode"): SGLANG_NETWORK,
+    ("pd-disaggregation-gpu-sglang", "prefill"): SGLANG_NETWORK,
+    ("pd-disaggregation-gpu-sglang", "decode"): SGLANG_NETWORK,
     ("pd-disaggregation-gpu-vllm", "prefill"): {READY_TIMEOUT, *NETWORK, NIXL_PORT},
     ("pd-disaggregation-gpu-vllm", "decode"): {READY_TIMEOUT, *NETWORK, NIXL_PORT},
     ("optimized-baseline-tpu-v7-vllm", "decode"): {READY_TIMEOUT, *NETWORK},
