@@ -381,7 +381,10 @@ def _cmd_recipes(ns: argparse.Namespace) -> int:
     for name in builtin_recipe_names():
         recipe = load_recipe(RecipeSource(name, None))
         pools = ", ".join(f"{p} ({pool.kind})" for p, pool in recipe.pools.items())
-        print(f"{name}: {pools}")
+        guide = recipe.guide
+        source = f"guide {guide.name}, {guide.accelerator}" if guide else "no llm-d guide"
+        engines = ", ".join(dict.fromkeys(pool.kind for pool in recipe.pools.values()))
+        print(f"{name}: {source}; {engines} | pools: {pools}")
     return 0
 
 

@@ -323,6 +323,12 @@ class VllmPool(EnginePool):
     dp_rpc_port: Port | None = Field(
         None, description="--data-parallel-rpc-port across pods (data-parallel)."
     )
+    api_servers: Count | None = Field(
+        None,
+        description="vLLM's hybrid load balancing (layout data-parallel, instead of supervisor_port): each "
+        "pod serves its own DP ranks through this many API server processes on `port` "
+        "(--data-parallel-hybrid-lb --api-server-count N); the router balances across pods.",
+    )
     kv_events: KVEventsSpec | None = Field(None, description="Publish ZMQ KV-cache events, and watch them.")
     nixl: NixlSpec | None = Field(None, description="NIXL handshake listener (NixlConnector).")
     mooncake_store: MooncakeStoreSpec | None = Field(
@@ -338,13 +344,21 @@ class VllmPool(EnginePool):
         if self.layout == "data-parallel":
             if not self.data_parallel_local or self.data_parallel_local < 2:
                 raise ValueError("layout data-parallel needs data_parallel_local >= 2 (vLLM's DP supervisor)")
-            if self.supervisor_port is None and self.nodes > 1:
+            if self.api_servers is not None and self.supervisor_port is not None:
                 raise ValueError(
-                    "layout data-parallel across pods needs supervisor_port (vLLM's DP supervisor); "
-                    "without it, one pod with one API server is the only shape"
+                    "api_servers (vLLM's hybrid load balancing) and supervisor_port (its DP supervisor) "
+                    "are two ways to serve a pod's ranks: give one"
                 )
-        elif self.data_parallel_local is not None or self.supervisor_port is not None:
-            raise ValueError("data_parallel_local and supervisor_port belong to layout data-parallel")
+            if self.supervisor_port is None and self.api_servers is None and self.nodes > 1:
+                raise ValueError(
+                    "layout data-parallel across pods needs supervisor_port (vLLM's DP supervisor) or "
+                    "api_servers (its hybrid load balancing); without either, one pod with one API server "
+                    "is the only shape"
+                )
+        elif any(v is not None for v in (self.data_parallel_local, self.supervisor_port, self.api_servers)):
+            raise ValueError(
+                "data_parallel_local, supervisor_port and api_servers belong to layout data-parallel"
+            )
         return self
 
     @property
@@ -357,6 +371,9 @@ class SglangPool(EnginePool):
     kind: Literal["sglang"] = Field(description="The engine family: SGLang (`sglang.launch_server`).")
     port: Port = Field(30000, description="API port.")
     dist_init_port: Port = Field(20000, description="Port of the leader's --dist-init-addr (multinode).")
+    disagg_sidecar: DisaggSidecar | None = Field(
+        None, description="Run the llm-d routing sidecar in front of the engine (kv_connector sglang)."
+    )
 
 
 class _ServicePool(_Data):
@@ -409,9 +426,26 @@ POOL_KINDS: tuple[str, ...] = tuple(
 )
 
 
+class GuideSource(_Data):
+    """The llm-d guide a recipe follows: what `llm-d-launcher recipes` lists, and where the golden tests
+    (tests/unit/roles/test_golden_guides.py) read the guide's pods from."""
+
+    name: str = Field(description="The llm-d guide (its directory under guides/), e.g. optimized-baseline.")
+    accelerator: str = Field(description="The guide's accelerator variant, e.g. cpu, nvidia-gpu, tpu-v7.")
+    manifests: list[str] = Field(
+        min_length=1, description="The guide's model-server manifests in llm-d/llm-d this recipe plans."
+    )
+    commit: str | None = Field(
+        None,
+        pattern=r"^[0-9a-f]{40}$",
+        description="The llm-d/llm-d commit they were read at (none: read from the published docs).",
+    )
+
+
 class Recipe(_Data):
     name: str = Field(description="The recipe's name (lowercase letters, digits, '-', '.'); LLMD_RECIPE.")
     description: str = Field("", description="What the recipe deploys, for people.")
+    guide: GuideSource | None = Field(None, description="The llm-d guide the recipe follows, if any.")
     model: ModelSpec = Field(description="The model every pool serves unless it names its own.")
     default_pool: str = Field(description="The pool a pod runs when LLMD_POOL is not set.")
     env: EnvMap = Field({}, description="Added to every engine process of every pool.")

@@ -22,6 +22,7 @@ from launcher.contract.plan import (
 )
 from roles.args import Arg, arg, flag_key
 from roles.context import BuildContext, owned_flags
+from roles.engines.disagg_sidecar import SIDECAR_OWNED, disagg_sidecar
 from roles.engines.family import EngineFamily, PhaseLines
 from roles.memory import size_of
 from roles.probes import completion_body, pooling_body
@@ -55,6 +56,8 @@ _OWNED = {
 def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
     role = ctx.role
     ctx.check_recipe_args(pool.args, _OWNED, "args", SGLANG.catalog)
+    if pool.disagg_sidecar:
+        ctx.check_recipe_args(pool.disagg_sidecar.args, SIDECAR_OWNED, "disagg_sidecar.args")
     model = ctx.recipe.model_for(pool)
     leader = role.kind == RoleKind.LEADER
     args: list[Arg] = [*arg("model-path", model.path), *arg("served-model-name", model.served_name)]
@@ -88,6 +91,9 @@ def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
         ports=tuple(ports),
         health=HttpCheck(pool.port, "/health") if leader else None,
     )
+    processes = [engine]
+    if pool.disagg_sidecar and leader:  # a P/D decode pod: the router's requests reach it first
+        processes.append(disagg_sidecar(pool.disagg_sidecar, pool.port, range(1), ctx))
     watch = ctx.progress_watch(
         [ProgressSource("engine", pool.port)],
         SGLANG.token_counters,
@@ -95,7 +101,7 @@ def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
         _canary(pool, model.served_name or model.path),
     )
     return ctx.plan(
-        [engine],
+        processes,
         notes=notes,
         model_path=model.path,
         leader_port=pool.port,

@@ -35,6 +35,7 @@ from launcher.contract.plan import (
 from roles import topology
 from roles.args import Arg, arg, args_from, flag_key, flatten, to_json
 from roles.context import BuildContext, owned_flags
+from roles.engines.disagg_sidecar import SIDECAR_OWNED, disagg_sidecar
 from roles.engines.family import EngineFamily, PhaseLines
 from roles.engines.mooncake import MOONCAKE_CONFIG_ENV, MOONCAKE_GID_ENV, mooncake_master
 from roles.engines.vllm_connectors import (
@@ -89,10 +90,6 @@ _BLOCK_SIZE_FLAG = f"--{VllmPool.block_size_flag}"
 _RENDER_OWNED = owned_flags(
     "set the pool's render.port / model in the recipe", "port", "served-model-name", "model"
 )
-_SIDECAR_OWNED = owned_flags(
-    "set the pool's disagg_sidecar / port / data_parallel_local in the recipe",
-    "port", "model-server-port", "vllm-port", "data-parallel-size", "kv-connector",
-)  # fmt: skip
 
 
 def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
@@ -101,7 +98,7 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
     if pool.render:
         ctx.check_recipe_args(pool.render.args, _RENDER_OWNED, "render.args")
     if pool.disagg_sidecar:
-        ctx.check_recipe_args(pool.disagg_sidecar.args, _SIDECAR_OWNED, "disagg_sidecar.args")
+        ctx.check_recipe_args(pool.disagg_sidecar.args, SIDECAR_OWNED, "disagg_sidecar.args")
     model = ctx.recipe.model_for(pool)
     start_rank = role.dp_ranks.start if role.dp_ranks else 0
     serves = role.kind != RoleKind.WORKER  # headless workers run no API server and no scheduler
@@ -162,7 +159,7 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
             )
         )
     if pool.disagg_sidecar and serves:
-        processes.append(_disagg_sidecar(pool, ctx))
+        processes.append(_sidecar(pool, ctx))
     return ctx.plan(
         processes,
         files,
@@ -286,6 +283,8 @@ def _topology_args(pool: VllmPool, ctx: BuildContext) -> list[Arg]:
     ]
     if multi:
         out += [*arg("data-parallel-address", leader), *arg("data-parallel-rpc-port", pool.dp_rpc_port)]
+    if pool.api_servers is not None:  # hybrid: each pod's API servers balance its own ranks
+        return [*out, *arg("data-parallel-hybrid-lb"), *arg("api-server-count", pool.api_servers)]
     if pool.supervisor_port is None:  # one pod, one API server: vLLM balances its ranks itself
         return out
     out += [
@@ -342,32 +341,11 @@ def _engine_health(pool: VllmPool) -> HttpCheck:
     return HttpCheck(pool.port, "/health")
 
 
-def _disagg_sidecar(pool: VllmPool, ctx: BuildContext) -> ProcessSpec:
-    sidecar = pool.disagg_sidecar
-    assert sidecar is not None
-    local = pool.local_ranks
-    args = {
-        "port": sidecar.port,
-        "model-server-port": pool.port,
-        "data-parallel-size": local,
-        "kv-connector": sidecar.kv_connector,
-        **sidecar.args,
-    }
-    # Go's flag package needs --flag=value for booleans; use that form for every flag.
-    argv = (sidecar.binary, *flatten(args_from(args, style="gflags")))
-    return ProcessSpec(
-        name="disagg-sidecar",
-        argv=argv,
-        env=ctx.env(),
-        critical=False,
-        ports=tuple(
-            PortSpec(p, f"sidecar-rank{r}")
-            for r, p in zip(
-                ctx.role.dp_ranks or range(1), topology.local_rank_ports(sidecar.port, local), strict=True
-            )
-        ),
-        health=HttpCheck(sidecar.port, "/health"),
-    )
+def _sidecar(pool: VllmPool, ctx: BuildContext) -> ProcessSpec:
+    """One sidecar port per API port: each rank's behind the DP supervisor, else the pod's one."""
+    assert pool.disagg_sidecar is not None
+    ranks = (ctx.role.dp_ranks or range(1)) if pool.supervisor_port else range(1)
+    return disagg_sidecar(pool.disagg_sidecar, pool.port, ranks, ctx)
 
 
 def host_memory(pool: VllmPool, where: str) -> list[MemoryItem]:

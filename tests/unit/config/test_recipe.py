@@ -39,7 +39,17 @@ def test_recipe_name_must_match_file(run_cli: Any, user_recipe: str) -> None:
 
 
 def test_builtin_recipes_are_data_for_more_than_kimi() -> None:
-    assert builtin_recipe_names() == ["kimi-k3.1-pro", "vllm-single-pod"]
+    assert builtin_recipe_names() == [
+        "kimi-k3.1-pro",
+        "optimized-baseline-cpu-vllm",
+        "optimized-baseline-gpu-sglang",
+        "optimized-baseline-gpu-vllm",
+        "optimized-baseline-tpu-v7-vllm",
+        "pd-disaggregation-gpu-sglang",
+        "pd-disaggregation-gpu-vllm",
+        "vllm-single-pod",
+        "wide-ep-deepseek-v4",
+    ]
     single = load_recipe(RecipeSource("vllm-single-pod", None))
     assert list(single.pools) == ["serve"] and single.model.path == "Qwen/Qwen3-0.6B"
 
@@ -47,8 +57,10 @@ def test_builtin_recipes_are_data_for_more_than_kimi() -> None:
 def test_recipes_command(run_cli: Any) -> None:
     code, out, _ = run_cli("recipes")
     assert code == 0
-    assert "kimi-k3.1-pro: prefill (vllm), decode (vllm), tpu (sglang), mooncake-master" in out
-    assert "vllm-single-pod: serve (vllm)" in out
+    # One line each: the guide it follows, its accelerator, its engines, then its pools.
+    assert "kimi-k3.1-pro: guide kimi-k3-1, nvidia-gb300, tpu-7x; vllm, sglang, mooncake-master" in out
+    assert "optimized-baseline-cpu-vllm: guide optimized-baseline, cpu; vllm | pools: decode (vllm)\n" in out
+    assert "vllm-single-pod: no llm-d guide; vllm | pools: serve (vllm)\n" in out
 
 
 def test_extra_args_replace_recipe_flags_and_are_appended_last(plan_json: Any) -> None:
@@ -147,3 +159,29 @@ def test_the_pools_of_one_mooncake_store_share_its_protocol(
             validate_recipe({**data, "pools": pools}, source)
     else:
         validate_recipe({**data, "pools": pools}, source)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"supervisor_port": 8208}, "api_servers (vLLM's hybrid load balancing) and supervisor_port"),
+        ({"api_servers": None}, "needs supervisor_port (vLLM's DP supervisor) or api_servers"),
+        (
+            {"layout": "multinode", "data_parallel_local": None, "tensor_parallel": 8, "nodes": 2},
+            "api_servers belong to layout data-parallel",
+        ),
+    ],
+    ids=["with-a-supervisor", "neither-across-pods", "multinode"],
+)
+def test_hybrid_load_balancing_is_one_data_parallel_mode(change: dict[str, object], message: str) -> None:
+    """`api_servers` (--data-parallel-hybrid-lb, llm-d's wide-EP guides) is data: the DeepSeek-V4 recipe's
+    decode pool, changed one way at a time, is refused naming the fields."""
+    from launcher.config.recipe_file import RecipeSource, read_recipe, validate_recipe
+
+    source = RecipeSource("wide-ep-deepseek-v4", None)
+    data = dict(read_recipe(source))
+    pools = dict(data["pools"])
+    pools["decode"] = {k: v for k, v in {**pools["decode"], **change}.items() if v is not None}
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        validate_recipe({**data, "pools": pools}, source)
+    validate_recipe(data, source)  # the recipe as shipped is valid

@@ -65,7 +65,7 @@ def test_show_prints_a_built_in_recipe_to_copy(run_cli: Any, tmp_path: Path, nam
 def test_show_of_an_unknown_recipe_names_the_built_in_ones(run_cli: Any) -> None:
     code, out, err = run_cli("recipes", "show", "kimi")
     assert code == 2 and out == ""
-    assert err.count("\n") == 1 and "use one of kimi-k3.1-pro, vllm-single-pod" in err
+    assert err.count("\n") == 1 and "use one of kimi-k3.1-pro, optimized-baseline-cpu-vllm, " in err
 
 
 def _plan_error(run_cli: Any, tmp_path: Path, text: str) -> str:
@@ -92,5 +92,5 @@ def test_an_unknown_key_lists_the_valid_ones_and_echoes_no_value(run_cli: Any, t
     lines = err.splitlines()
     assert len(lines) == 2
     assert "model.revison: unknown key (valid keys: path, served_name);" in lines[0]
-    assert "pools.serve.memory: unknown key (valid keys: args, data_parallel_local," in lines[1]
+    assert "pools.serve.memory: unknown key (valid keys: api_servers, args, data_parallel_local," in lines[1]
     assert all(line.endswith("(its keys and types: `llm-d-launcher recipes schema`)") for line in lines)
