@@ -25,6 +25,7 @@ from pydantic import AliasChoices, BeforeValidator, Field, TypeAdapter, Validati
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
@@ -465,7 +466,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, RecipeLauncherSection(settings_cls))
+        return (init_settings, BoundedEnvSource(settings_cls), RecipeLauncherSection(settings_cls))
 
     @property
     def lws_env_present(self) -> bool:
@@ -474,6 +475,20 @@ class Settings(BaseSettings):
     @property
     def recipe_source(self) -> RecipeSource:
         return RecipeSource(self.recipe, self.recipe_file)
+
+
+TOO_DEEP = "is nested too deeply"
+
+
+class BoundedEnvSource(EnvSettingsSource):
+    """The environment, with JSON values (LLMD_EXTRA_ENV) nested past Python's recursion limit as a
+    value error (pydantic-settings' SettingsError, one line) instead of the decoder's RecursionError."""
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
+        try:
+            return super().decode_complex_value(field_name, field, value)
+        except RecursionError:
+            raise ValueError(TOO_DEEP) from None
 
 
 class RecipeLauncherSection(PydanticBaseSettingsSource):
@@ -635,7 +650,8 @@ def load_settings(**cli: Any) -> Settings:
     except SettingsError as exc:
         # pydantic-settings raises this when a complex value (LLMD_EXTRA_ENV) is not JSON.
         field = next((f for f in Settings.model_fields if f'"{f}"' in str(exc)), "extra_env")
-        raise ConfigError.one(setting_label(field, given), "is not valid JSON", fix_for(field)) from None
+        reason = TOO_DEEP if TOO_DEEP in str(exc.__cause__) else "is not valid JSON"
+        raise ConfigError.one(setting_label(field, given), reason, fix_for(field)) from None
     _check_lws_env(settings)
     if settings.strict_env and (unknown := unknown_env(os.environ)):
         raise ConfigError(unknown)
