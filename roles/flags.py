@@ -10,6 +10,7 @@ from the installed engines. The pod's catalogue is the one whose version equals 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection, Sequence
 from functools import cache
 from importlib import resources
@@ -239,9 +240,36 @@ def _check_value(
             float(value)
         elif kind == "json":
             json.loads(value)
-    except ValueError as exc:
+        elif kind in SIZES:
+            check_size(kind, value)
+    except (ValueError, RecursionError) as exc:
         if kind == "json":  # only where it breaks: a JSON config may embed credentials
-            return Problem(setting, f"{head} needs valid JSON ({exc})", SKIP_FIX)
-        what = "an integer" if kind == "int" else "a number"
+            problem = "is nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            return Problem(setting, f"{head} needs valid JSON ({problem})", SKIP_FIX)
+        what = SIZES[kind][1] if kind in SIZES else "an integer" if kind == "int" else "a number"
         return Problem(setting, f"{head} needs {what}, got {value[:40]!r}", SKIP_FIX)
     return None
+
+
+# A human-readable integer kind (launcher/catalogs/generate.py) -> its suffixed form, what it is.
+SIZES = {
+    "vllm-size": (re.compile(r"\d+(?:\.\d+)?[kmgt]|\d+[KMGT]"), "an integer (k/m/g/t or K/M/G/T suffix)"),
+    "vllm-size-or-auto": (
+        re.compile(r"\d+(?:\.\d+)?[kmgt]|\d+[KMGT]|-1|[aA][uU][tT][oO]"),
+        "an integer (k/m/g/t or K/M/G/T suffix), -1 or auto",
+    ),
+    "sglang-size": (
+        re.compile(r"\d+(?:\.\d+)?[kMGT]|\d+[KMGT]i"),
+        "an integer (k/M/G/T or Ki/Mi/Gi/Ti suffix)",
+    ),
+}
+
+
+def check_size(kind: str, value: str) -> None:
+    """ValueError unless the engine's human-readable integer parser takes value: a suffixed number
+    (no decimals with a binary suffix), else a plain integer as int() reads it. vLLM's
+    human_readable_int[_or_auto] (vllm/utils/argparse_utils.py, 0.32.0 and 0.33.0), SGLang's
+    human_readable_int (sglang/srt/utils/common.py, 0.5.22 and 0.5.23)."""
+    value = value.strip()
+    if not SIZES[kind][0].fullmatch(value):
+        int(value)
