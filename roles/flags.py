@@ -251,14 +251,15 @@ def _check_value(
     return None
 
 
-# A human-readable integer kind (launcher/catalogs/generate.py) -> its suffixed form, what it is.
+# A human-readable integer kind, named by its syntax (launcher/catalogs/generate.py gives each
+# engine's parser its own) -> its suffixed forms, what it is.
 SIZES = {
-    "vllm-size": (re.compile(r"\d+(?:\.\d+)?[kmgt]|\d+[KMGT]"), "an integer (k/m/g/t or K/M/G/T suffix)"),
-    "vllm-size-or-auto": (
+    "int-kmgt": (re.compile(r"\d+(?:\.\d+)?[kmgt]|\d+[KMGT]"), "an integer (k/m/g/t or K/M/G/T suffix)"),
+    "int-kmgt-or-auto": (
         re.compile(r"\d+(?:\.\d+)?[kmgt]|\d+[KMGT]|-1|[aA][uU][tT][oO]"),
         "an integer (k/m/g/t or K/M/G/T suffix), -1 or auto",
     ),
-    "sglang-size": (
+    "int-si-iec": (
         re.compile(r"\d+(?:\.\d+)?[kMGT]|\d+[KMGT]i"),
         "an integer (k/M/G/T or Ki/Mi/Gi/Ti suffix)",
     ),

@@ -19,9 +19,9 @@ JSON_TYPES = {"loads", "parse_dataclass"}  # vLLM: a JSON object (or dataclass J
 # vLLM's k/m/g/t and K/M/G/T (vllm/utils/argparse_utils.py, 0.32.0 and 0.33.0; --max-model-len also
 # takes -1 or `auto`), SGLang's k/M/G/T and Ki/Mi/Gi/Ti (sglang/srt/utils/common.py, 0.5.22 and 0.5.23).
 SIZE_TYPES = {
-    ("vllm", "human_readable_int"): "vllm-size",
-    ("vllm", "human_readable_int_or_auto"): "vllm-size-or-auto",
-    ("sglang", "human_readable_int"): "sglang-size",
+    ("vllm", "human_readable_int"): "int-kmgt",
+    ("vllm", "human_readable_int_or_auto"): "int-kmgt-or-auto",
+    ("sglang", "human_readable_int"): "int-si-iec",
 }
 
 
