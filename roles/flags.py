@@ -24,6 +24,10 @@ from roles.args import Arg, no_form
 SKIP_FIX = (
     "fix it; for a flag the engine in the image has and the catalogue lacks, name it in LLMD_ALLOW_FLAGS"
 )
+# A known flag's value or form is wrong: LLMD_ALLOW_FLAGS lets through unknown flags only, so it is no fix.
+VALUE_FIX = (
+    "fix it; if the engine in the image takes it, build the image's catalogue (llm-d-launcher catalog build)"
+)
 BUILT_IN = "built-in"  # FlagCatalog.source of the catalogues shipped in roles/catalogs/
 
 
@@ -174,19 +178,19 @@ def _check_one(catalog: FlagCatalog, item: Arg, setting: str, allowed: Collectio
     kind = info.get("value")
     if dotted:
         if kind is None or not kind.startswith("json"):
-            return Problem(setting, f"{head}: {base} takes no JSON keys", SKIP_FIX)
+            return Problem(setting, f"{head}: {base} takes no JSON keys", VALUE_FIX)
         return None
     if kind is None:
         if values:
-            return Problem(setting, f"{head} is a switch and takes no value (got {len(values)})", SKIP_FIX)
+            return Problem(setting, f"{head} is a switch and takes no value (got {len(values)})", VALUE_FIX)
         return None
     if not values:
-        return None if info.get("optional") else Problem(setting, f"{head} needs a value", SKIP_FIX)
+        return None if info.get("optional") else Problem(setting, f"{head} needs a value", VALUE_FIX)
     if kind == "list":
         return None
     if len(values) > 1:
         hint = "; write a JSON list as one quoted value" if kind.startswith("json") else ""
-        return Problem(setting, f"{head} takes one value (got {len(values)}){hint}", SKIP_FIX)
+        return Problem(setting, f"{head} takes one value (got {len(values)}){hint}", VALUE_FIX)
     return _check_value(catalog, head, kind, info.get("choices"), values[0], setting)
 
 
@@ -231,7 +235,7 @@ def _check_value(
         hint = f" (did you mean {close[0]}?)" if close else ""
         shown = ", ".join(choices[:12]) + (", ..." if len(choices) > 12 else "")
         return Problem(
-            setting, f"{head} {value!r} is not one of {catalog.label}'s choices{hint}: {shown}", SKIP_FIX
+            setting, f"{head} {value!r} is not one of {catalog.label}'s choices{hint}: {shown}", VALUE_FIX
         )
     try:
         if kind == "int":
@@ -245,9 +249,9 @@ def _check_value(
     except (ValueError, RecursionError) as exc:
         if kind == "json":  # only where it breaks: a JSON config may embed credentials
             problem = "is nested too deeply" if isinstance(exc, RecursionError) else str(exc)
-            return Problem(setting, f"{head} needs valid JSON ({problem})", SKIP_FIX)
+            return Problem(setting, f"{head} needs valid JSON ({problem})", VALUE_FIX)
         what = SIZES[kind][1] if kind in SIZES else "an integer" if kind == "int" else "a number"
-        return Problem(setting, f"{head} needs {what}, got {value[:40]!r}", SKIP_FIX)
+        return Problem(setting, f"{head} needs {what}, got {value[:40]!r}", VALUE_FIX)
     return None
 
 

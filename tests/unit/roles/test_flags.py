@@ -180,3 +180,25 @@ def test_a_human_readable_int_flag_takes_what_its_engine_takes(catalog: Any, ext
 def test_json_nested_past_the_recursion_limit_is_a_problem() -> None:
     (found,) = problems("--kv-transfer-config " + "[" * 100_000)
     assert found == "--kv-transfer-config needs valid JSON (is nested too deeply)"
+
+
+@pytest.mark.parametrize(
+    "extra",
+    ["--max-num-seqs lots", "--kv-cache-dtype fp9", "--enforce-eager true", "--max-num-seqs",
+     "--max-num-seqs 1 2", "--max-num-seqs.x 1", "--kv-transfer-config {bad", "--max-model-len 4\xff"],
+)  # fmt: skip
+def test_a_value_error_does_not_suggest_llmd_allow_flags(extra: str) -> None:
+    """Issue #34: LLMD_ALLOW_FLAGS lets through flags the catalogue lacks, never a known flag's bad
+    value, so its hint on a value error sent the operator to a setting that cannot help."""
+    (problem,) = check_flags(VLLM, split_extra_args(extra, "X"), "X")
+    assert "LLMD_ALLOW_FLAGS" not in problem.line()
+    assert check_flags(VLLM, split_extra_args(extra, "X"), "X", allowed={extra.split()[0]}) == [problem]
+
+
+def test_an_unknown_flag_suggests_llmd_allow_flags() -> None:
+    (problem,) = check_flags(VLLM, split_extra_args("--brand-new-flag 1", "X"), "X")
+    assert "LLMD_ALLOW_FLAGS" in problem.line()
+    assert (
+        check_flags(VLLM, split_extra_args("--brand-new-flag 1", "X"), "X", allowed={"--brand-new-flag"})
+        == []
+    )
