@@ -244,8 +244,9 @@ def _add_probe(sub: _Commands) -> None:
     probe = sub.add_parser(
         "probe",
         help="exec probe: ask this pod's launcher whether it is live, ready or started (exit 0 or 1)",
-        description="Ask the launcher's probe server (127.0.0.1:LLMD_PROBE_PORT) and exit 0 if it "
-        "answers 200, 1 otherwise, with one line saying why; 2 for a bad --timeout or LLMD_PROBE_PORT. "
+        description="Ask the launcher's probe server (LLMD_PROBE_HOST, else 127.0.0.1; port "
+        "LLMD_PROBE_PORT) and exit 0 if it answers 200, 1 otherwise, with one line saying why; 2 for a "
+        "bad --timeout, LLMD_PROBE_HOST or LLMD_PROBE_PORT. "
         "For clusters that prefer exec probes; httpGet probes on /livez, /readyz and /startupz answer "
         "the same.",
     )
