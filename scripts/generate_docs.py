@@ -124,6 +124,8 @@ def _schema_type(node: dict[str, Any]) -> str:
     for key in ("anyOf", "oneOf"):
         if key in node:
             return " or ".join(_schema_type(n) for n in node[key])
+    if "allOf" in node:  # branches on a tag (launcher/config/recipe.py _branch_on_kind)
+        return " or ".join(_schema_type(n["then"]) for n in node["allOf"] if "then" in n)
     kind = node.get("type", "any")
     if kind == "array":
         return f"list of {_schema_type(node.get('items', {}))}"

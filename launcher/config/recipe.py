@@ -560,9 +560,37 @@ def as_engine_int(value: ArgValue) -> int | None:
 def json_schema() -> dict[str, Any]:
     """The recipe as JSON Schema, from the models and their field descriptions: what `llm-d-launcher
     recipes schema` prints, so editors validate a recipe as it is written."""
-    schema = Recipe.model_json_schema()
+    schema = _branch_on_kind(Recipe.model_json_schema())
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "llm-d-launcher recipe",
         **{k: v for k, v in schema.items() if k != "title"},
+    }
+
+
+def _branch_on_kind(node: Any) -> Any:
+    """pydantic writes a tagged union as `oneOf` plus OpenAPI's `discriminator`, which JSON Schema does
+    not know: a validator then tries every branch and reports that none matched (`kind: vLLM` got no
+    word about kind). Standard JSON Schema instead: `kind` must be one of the tags, and `if` it is a
+    tag `then` that branch's schema applies, so the error names what is wrong."""
+    if isinstance(node, list):
+        return [_branch_on_kind(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    node = {key: _branch_on_kind(value) for key, value in node.items()}
+    tagged = node.pop("discriminator", None)
+    if tagged is None:
+        return node
+    key = tagged["propertyName"]
+    by_ref = {ref: tag for tag, ref in tagged["mapping"].items()}
+    mapping = {by_ref[branch["$ref"]]: branch["$ref"] for branch in node.pop("oneOf")}  # union order
+    return {
+        **node,
+        "type": "object",
+        "required": [key],
+        "properties": {key: {"enum": list(mapping)}},
+        "allOf": [
+            {"if": {"properties": {key: {"const": tag}}, "required": [key]}, "then": {"$ref": ref}}
+            for tag, ref in mapping.items()
+        ],
     }

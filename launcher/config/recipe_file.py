@@ -142,10 +142,11 @@ def _keys_at(loc: tuple[int | str, ...]) -> list[str]:
         node = resolve(node)
         if part in node.get("properties", {}):
             node = node["properties"][part]
-        elif "discriminator" in node:  # a pool: pydantic's location names its kind
-            node = {"$ref": node["discriminator"]["mapping"].get(part, "#/$defs/-")}
-            if node["$ref"] == "#/$defs/-":
+        elif "allOf" in node:  # a pool (recipe._branch_on_kind): pydantic's location names its kind
+            branches = {b["if"]["properties"]["kind"]["const"]: b["then"] for b in node["allOf"] if "if" in b}
+            if part not in branches:
                 return []
+            node = branches[part]
         elif isinstance(node.get("additionalProperties"), dict):  # a mapping's own key (a pool's name)
             node = node["additionalProperties"]
         else:
