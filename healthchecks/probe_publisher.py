@@ -38,8 +38,8 @@ OUTPUT_SHOWN = 2000  # characters of what the process wrote to stderr, at most, 
 class ProbePublisher:
     """`answers`: path -> the PodHealth method answering it; `observe(endpoint, seconds)`: the probe
     histogram; `server`: the Server header aiohttp sends; `backend`: the abstract Unix address of the
-    launcher's aiohttp application; `spared`: the pids the supervisor must neither signal nor wait
-    for (the probe process's)."""
+    launcher's aiohttp application; `spared`: the processes (by pid) the supervisor must neither
+    signal nor report (the probe process: this reports its end, whoever reaps it)."""
 
     def __init__(
         self,
@@ -56,7 +56,7 @@ class ProbePublisher:
         self.health, self.answers, self.scrub = health, answers, scrub
         self.listeners, self.backend, self.observe, self.server = listeners, backend, observe, server
         self.silent_after, self.log = silent_after, log
-        self.spared: set[int] = set()
+        self.spared: dict[int, subprocess.Popen[bytes]] = {}
         self.process: subprocess.Popen[bytes] | None = None
         self.channel: socket.socket | None = None
         self._published = ""  # the latest snapshot sent, as compared
@@ -206,7 +206,7 @@ class ProbePublisher:
             theirs.close()
         assert self.process.stderr is not None
         os.set_blocking(self.process.stderr.fileno(), False)
-        self.spared.add(self.process.pid)
+        self.spared[self.process.pid] = self.process
 
     def _end_process(self) -> None:
         process, self.process = self.process, None
@@ -217,7 +217,7 @@ class ProbePublisher:
                 process.wait()
             if process.stderr is not None:
                 process.stderr.close()
-            self.spared.discard(process.pid)
+            self.spared.pop(process.pid, None)
         if self.channel is not None:
             self.channel.close()
             self.channel = None

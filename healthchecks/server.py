@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import socket
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -104,10 +105,10 @@ class ProbeServer:
         self.publisher: ProbePublisher | None = None
 
     @property
-    def spared(self) -> set[int]:
-        """The probe process's pid: the supervisor neither signals it nor waits for it (it serves the
-        probes while the pod stops, and ends with this server)."""
-        return self.publisher.spared if self.publisher is not None else set()
+    def spared(self) -> dict[int, subprocess.Popen[bytes]]:
+        """The probe process by pid: the supervisor neither signals it nor reports its end (it serves
+        the probes while the pod stops, and ends with this server; the publisher reports it)."""
+        return self.publisher.spared if self.publisher is not None else {}
 
     def publish_now(self) -> None:
         """Hand the probe process the answers now (a phase or a check changed, a stop began): it looks
