@@ -24,6 +24,7 @@ from launcher.supervise.spawn import die_with
 NETWORK = ipaddress.IPv4Network("10.77.0.0/24")  # inside the runner's own network namespace only
 FIRST_POD_HOST = 10  # pod i gets the network's host number 10 + i; .1 is the bridge
 BRIDGE = "llmd-group"
+PARKED_SHOWN = 300  # characters of a parked pod's reason in its status line
 TAG = LOCAL_GROUP_TAG
 LWS_ENV = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "POD_IP", "POD_NAME", "POD_NAMESPACE")
 
@@ -290,6 +291,7 @@ class LocalGroup:
 
     # ------------------------------------------------------------------ reporting
     def status(self, pod: RunningPod) -> str:
+        """One line: the phase (a parked pod's reason with it, as its /startupz says it), weights, ready."""
         if pod.exit_code is not None:
             return f"exited {pod.exit_code}"
         started = self._probe(pod.pod, "startupz")
@@ -297,6 +299,9 @@ class LocalGroup:
         if started is None:
             return "probes not answering yet"
         parts = [f"phase {started.get('phase', '?')}"]
+        failing = started.get("failing")
+        if isinstance(failing, dict) and isinstance(failing.get("parked"), str):  # why, not just that
+            parts[0] += f" ({failing['parked'][:PARKED_SHOWN]})"
         ratio = started.get("weights_loaded_ratio")
         if isinstance(ratio, (int, float)):
             parts.append(f"weights {ratio:.0%}")
