@@ -23,8 +23,8 @@ from launcher.contract.plan import (
 from roles.args import Arg, arg, flag_key
 from roles.context import BuildContext, owned_flags
 from roles.engines.family import EngineFamily, PhaseLines
-from roles.memory import size_of
 from roles.probes import completion_body, pooling_body
+from roles.sizes import size_of
 
 LAUNCH_SERVER = ["python3", "-m", "sglang.launch_server"]
 
