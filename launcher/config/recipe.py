@@ -462,12 +462,19 @@ class Recipe(_Data):
         return pool.model or self.model
 
 
-def kv_peers(recipe: Recipe) -> dict[str, VllmPool]:
+def optional_spec(pool: object, name: str) -> Any:
+    """A pool's optional section by field name (nixl, mooncake_store, kv_events, render), None when its
+    engine's pool class has no such field: the checks below name no engine (docs/adding-an-engine.md)."""
+    return getattr(pool, name, None)
+
+
+def kv_peers(recipe: Recipe) -> dict[str, EnginePool]:
     """The pools that exchange KV: a NIXL side channel or the shared Mooncake store."""
     return {
         name: pool
         for name, pool in recipe.pools.items()
-        if isinstance(pool, VllmPool) and (pool.nixl is not None or pool.mooncake_store is not None)
+        if isinstance(pool, EnginePool)
+        and (optional_spec(pool, "nixl") is not None or optional_spec(pool, "mooncake_store") is not None)
     }
 
 
@@ -479,12 +486,12 @@ def kv_peer_mismatch(recipe: Recipe) -> str | None:
     - the model path (pools with NIXL): NIXL's compatibility hash includes the model string, so the
       handshake fails (vLLM 0.32.0 vllm/distributed/kv_transfer/kv_connector/v1/nixl/metadata.py)."""
     peers = kv_peers(recipe)
-    store = {n: p for n, p in peers.items() if p.mooncake_store is not None}
-    nixl = {n: p for n, p in peers.items() if p.nixl is not None}
-    block = VllmPool.block_size_flag
+    store = {n: p for n, p in peers.items() if optional_spec(p, "mooncake_store") is not None}
+    nixl = {n: p for n, p in peers.items() if optional_spec(p, "nixl") is not None}
+    blocks = "/".join(sorted({f"args.{p.block_size_flag}" for p in peers.values()}))
     facts: list[tuple[str, dict[str, object]]] = [
         ("PYTHONHASHSEED", {n: {**recipe.env, **p.env}.get("PYTHONHASHSEED") for n, p in store.items()}),
-        (f"args.{block}", {n: p.args.get(block) for n, p in peers.items()}),
+        (blocks, {n: p.args.get(p.block_size_flag) for n, p in peers.items()}),
         ("model.path", {n: recipe.model_for(p).path for n, p in nixl.items()}),
     ]
     for what, values in facts:
@@ -504,8 +511,8 @@ def store_protocol_mismatch(recipe: Recipe) -> str | None:
     for name, pool in recipe.pools.items():
         if isinstance(pool, MooncakeDonorPool):
             protocols.setdefault(pool.master, {})[f"pools.{name}.protocol"] = pool.protocol
-        elif isinstance(pool, VllmPool) and pool.mooncake_store is not None:
-            config = pool.mooncake_store.config
+        elif (store := optional_spec(pool, "mooncake_store")) is not None:
+            config = store.config
             setting = f"pools.{name}.mooncake_store.config.protocol"
             # vLLM's MooncakeStoreConnector defaults to rdma (vLLM 0.32.0 vllm/distributed/mooncake_store.py)
             protocols.setdefault(str(config["master_server_address"]), {})[setting] = str(
@@ -526,12 +533,12 @@ def router_mismatch(pool: EnginePool, env: Mapping[str, str]) -> str | None:
     router = pool.router
     assert router is not None
     if router.kv_events_port is not None:
-        events = pool.kv_events if isinstance(pool, VllmPool) else None
+        events = optional_spec(pool, "kv_events")
         if events is None or events.port != router.kv_events_port:
             got = "no kv_events" if events is None else f"kv_events.port {events.port}"
             return f"the router reads KV events on :{router.kv_events_port} but the pool has {got}"
     if router.render_port is not None:
-        render = pool.render if isinstance(pool, VllmPool) else None
+        render = optional_spec(pool, "render")
         if render is None or render.port != router.render_port:
             got = "no render sidecar" if render is None else f"render.port {render.port}"
             return f"the router's token producer targets :{router.render_port} but the pool has {got}"
