@@ -12,9 +12,9 @@ import json
 import os
 
 from launcher.config.defaults import PROBE_PORT
+from launcher.contract.endpoints import PROBE_ENDPOINTS
 from launcher.stderr import say
 
-ENDPOINTS = {"live": "/livez", "ready": "/readyz", "startup": "/startupz"}
 MAX_TIMEOUT = 86400  # seconds; the kubelet's own timeoutSeconds for a probe is far shorter
 
 
@@ -35,7 +35,7 @@ def probe(which: str, port: int | None = None, host: str | None = None, timeout:
         host = _host_from_env()
         if host is None:
             return 2
-    path = ENDPOINTS[which]
+    path = PROBE_ENDPOINTS[which].path
     connection = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         connection.request("GET", path)

@@ -30,6 +30,7 @@ from healthchecks.probe_process import (
     read_message,
 )
 from healthchecks.state import Answer, PodHealth
+from launcher.contract.endpoints import PROBE_ENDPOINTS
 
 RESPAWN_SECONDS = 1.0  # at most one new probe process a second, should one keep dying
 OUTPUT_SHOWN = 2000  # characters of what the process wrote to stderr, at most, in one log event
@@ -57,6 +58,7 @@ class ProbePublisher:
         self.listeners, self.backend, self.observe, self.server = listeners, backend, observe, server
         self.silent_after, self.log = silent_after, log
         self.spared: dict[int, subprocess.Popen[bytes]] = {}
+        self.endpoints = {e.path: e for e in PROBE_ENDPOINTS.values()}
         self.process: subprocess.Popen[bytes] | None = None
         self.channel: socket.socket | None = None
         self._published = ""  # the latest snapshot sent, as compared
@@ -145,12 +147,19 @@ class ProbePublisher:
         made before scrubbing, which costs more than the rest of a look."""
         now = self.health.clock()
         moments = self.health.counting_from()
-        identity, phase, answers = self.health.identity, self.health.phase, {}
+        identity, phase = self.health.identity, self.health.phase
+        answers: dict[str, dict[str, Any]] = {}
         for path, answer in self.answers.items():
             ok, body = answer()
             ticking = {name: now - moments[name] for name in moments if name in body}
-            answers[path] = {"status": 200 if ok else 503, "body": {**body, **dict.fromkeys(ticking)}}
-            answers[path]["ticking"] = ticking
+            endpoint = self.endpoints[path]  # what the probe process says alone, when this launcher is silent
+            answers[path] = {
+                "status": 200 if ok else 503,
+                "body": {**body, **dict.fromkeys(ticking)},
+                "ticking": ticking,
+                "key": endpoint.key,
+                "liveness": endpoint.liveness,
+            }
         compared = json.dumps([identity, phase, [(a["status"], a["body"]) for a in answers.values()]])
         return compared, {"identity": identity, "server": self.server, "phase": phase, "answers": answers}
 

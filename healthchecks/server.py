@@ -29,6 +29,7 @@ from healthchecks.metrics import build_registry
 from healthchecks.probe_process import SILENT_SECONDS
 from healthchecks.probe_publisher import ProbePublisher
 from healthchecks.state import Answer, PodHealth
+from launcher.contract.endpoints import PROBE_ENDPOINTS
 from launcher.contract.errors import ConfigError
 
 JSON = "application/json"
@@ -94,7 +95,7 @@ class ProbeServer:
         self.health, self.host, self.port, self.holder_of = health, host, port, holder_of
         self.scrub, self.silent_after = scrub, silent_after
         self.registry, self._latency = build_registry(health)
-        self.answers = {"/livez": health.liveness, "/readyz": health.readiness, "/startupz": health.startup}
+        self.answers = {e.path: getattr(health, e.answer) for e in PROBE_ENDPOINTS.values()}
         app = web.Application(middlewares=[_http_1_only])
         for path, answer in self.answers.items():
             app.router.add_get(path, self._probe(path[1:], answer))

@@ -11,6 +11,7 @@ from typing import Any, NoReturn, TextIO, TypeAlias
 
 import launcher.early  # noqa: F401 - first: `run`'s signal handlers before any heavy import
 from launcher.config.defaults import PROBE_PORT
+from launcher.contract.endpoints import PROBE_ENDPOINTS
 from launcher.contract.errors import ConfigError, Problem
 from launcher.contract.redact import REDACTED, Scrubber, is_secret_name, secret_values
 from launcher.stderr import say, silence
@@ -251,7 +252,9 @@ def _add_probe(sub: _Commands) -> None:
         "the same.",
     )
     probe.add_argument(
-        "which", choices=("live", "ready", "startup"), help="asks /livez, /readyz or /startupz"
+        "which",
+        choices=tuple(PROBE_ENDPOINTS),
+        help="asks " + ", ".join(e.path for e in PROBE_ENDPOINTS.values()),
     )
     probe.add_argument(
         "--port", type=_port, help=f"probe server port (default LLMD_PROBE_PORT, else {PROBE_PORT})"

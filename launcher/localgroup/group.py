@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.config.defaults import LOCAL_GROUP_TAG
+from launcher.contract import lws
 from launcher.supervise.spawn import die_with
 
 NETWORK = ipaddress.IPv4Network("10.77.0.0/24")  # inside the runner's own network namespace only
@@ -26,7 +27,7 @@ FIRST_POD_HOST = 10  # pod i gets the network's host number 10 + i; .1 is the br
 BRIDGE = "llmd-group"
 PARKED_SHOWN = 300  # characters of a parked pod's reason in its status line
 TAG = LOCAL_GROUP_TAG
-LWS_ENV = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "POD_IP", "POD_NAME", "POD_NAMESPACE")
+LWS_ENV = (*lws.LWS_ENV, *lws.POD_IDENTITY_ENV)  # what the runner, no pod itself, must not carry
 
 
 @dataclass(frozen=True)
@@ -93,9 +94,9 @@ class GroupLayout:
             return {"LLMD_POOL": pod.service_pool, "POD_IP": pod.ip, "POD_NAME": pod.name,
                     "POD_NAMESPACE": self.namespace}  # fmt: skip
         return {
-            "LWS_LEADER_ADDRESS": self.leader_address,
-            "LWS_GROUP_SIZE": str(self.size),
-            "LWS_WORKER_INDEX": str(pod.index),
+            lws.LEADER_ADDRESS: self.leader_address,
+            lws.GROUP_SIZE: str(self.size),
+            lws.WORKER_INDEX: str(pod.index),
             "POD_IP": pod.ip,
             "POD_NAME": pod.name,
             "POD_NAMESPACE": self.namespace,

@@ -20,16 +20,18 @@ from typing import Any
 import pytest
 
 from healthchecks import probe_process
-from healthchecks.probe_process import PATHS, SNAPSHOT, STAMP, Request, parse_head
+from healthchecks.probe_process import SNAPSHOT, STAMP, Request, parse_head
 from healthchecks.probe_publisher import RESPAWN_SECONDS
 from healthchecks.server import ProbeServer
 from healthchecks.state import PodHealth
+from launcher.contract.endpoints import PROBE_ENDPOINTS
 from launcher.contract.plan import Check, Probes
 from launcher.contract.redact import Scrubber
 from launcher.supervise.logs import configure
 from tests.ports import free_port
 
 SECRET = "hf_probe_process_secret_42"
+PATHS = tuple(e.path for e in PROBE_ENDPOINTS.values())
 
 
 @pytest.fixture(autouse=True)
@@ -173,9 +175,9 @@ def test_metrics_are_relayed_and_count_the_probes_the_probe_process_answered() -
 
 
 def test_only_plain_probes_are_answered_by_the_probe_process() -> None:
-    assert parse_head(b"GET /livez HTTP/1.1\r\nHost: x") == Request("/livez", 1, True, False)
-    assert parse_head(b"GET /readyz HTTP/1.0") == Request("/readyz", 0, False, False)
-    assert parse_head(b"GET /startupz HTTP/1.1\r\nHost: x\r\nConnection: close") == Request(
+    assert parse_head(b"GET /livez HTTP/1.1\r\nHost: x", PATHS) == Request("/livez", 1, True, False)
+    assert parse_head(b"GET /readyz HTTP/1.0", PATHS) == Request("/readyz", 0, False, False)
+    assert parse_head(b"GET /startupz HTTP/1.1\r\nHost: x\r\nConnection: close", PATHS) == Request(
         "/startupz", 1, False, True
     )
     for head in [
@@ -193,8 +195,9 @@ def test_only_plain_probes_are_answered_by_the_probe_process() -> None:
         b"POST /livez HTTP/1.1\r\nHost: x",
         b"GET /livez/ HTTP/1.1\r\nHost: x",
     ]:
-        assert parse_head(head) is None, head
+        assert parse_head(head, PATHS) is None, head
     assert set(PATHS) == {"/livez", "/readyz", "/startupz"}
+    assert parse_head(b"GET /livez HTTP/1.1\r\nHost: x", ()) is None  # before the first snapshot
 
 
 def _body(answer: bytes) -> tuple[int, dict[str, Any]]:
