@@ -70,6 +70,12 @@ def follow_adding_an_engine(copy: Path) -> None:
     text = registry.read_text()
     registry.write_text(re.sub(r"(FAMILIES[^=]*= \()", r"\1TRTLLM, ", text, count=1))
     # 5. The generated reference.
+    regenerate(copy, generate, test_command)
+
+
+def regenerate(copy: Path, generate: str, test_command: str) -> None:
+    """The page's generate step, run; its test command must be the whole unit tier (a folder of it
+    passes while the generated reference's drift fails elsewhere)."""
     assert generate.strip() == ".venv/bin/python scripts/generate_docs.py --write"
     done = run(copy, "scripts/generate_docs.py", "--write")
     assert done.returncode == 0, done.stderr[-2000:]
@@ -115,9 +121,7 @@ def follow_adding_a_watcher(copy: Path) -> None:
     # 3. Its metric, declared and listed; the reference written again.
     metrics = copy / "healthchecks/metrics.py"
     edit(metrics, "\nMETRICS = (\n", f"\n{spec}\nMETRICS = (\n    HEARTBEAT_AGE,\n")
-    assert generate.strip() == ".venv/bin/python scripts/generate_docs.py --write"
-    done = run(copy, "scripts/generate_docs.py", "--write")
-    assert done.returncode == 0, done.stderr[-2000:]
+    regenerate(copy, generate, test_command)
     # 4. The two tests that list the watchers by hand, as the page names them.
     page = (DOCS / "adding-a-watcher.md").read_text()
     factory_test = copy / "tests/unit/healthchecks/test_watchers.py"
@@ -135,7 +139,6 @@ def follow_adding_a_watcher(copy: Path) -> None:
         "from healthchecks.forward import",
         "from healthchecks.heartbeat import HeartbeatWatcher\nfrom healthchecks.forward import",
     )
-    assert test_command.strip() == "bash tests/check.sh && bash tests/test.sh unit", "the whole unit tier"
 
 
 WATCHER_TESTS = [
