@@ -34,11 +34,10 @@ class MetricSpec:
     kind: Literal["gauge", "counter", "histogram"]
     help: str
     labels: tuple[str, ...] = ()
-    prefix: str = PREFIX  # "": prometheus-client's own process_* families
 
     @property
     def full_name(self) -> str:
-        return self.prefix + self.name
+        return PREFIX + self.name
 
     @property
     def exposed(self) -> str:
@@ -197,21 +196,20 @@ STARTUP_DEADLINE = MetricSpec(
     "Unix time the launcher ends a start-up still running (LLMD_STARTUP_SECONDS; absent when 0)",
 )
 # prometheus-client's ProcessCollector on the launcher's registry (Linux only): the launcher's own
-# CPU, memory and file descriptors. Help texts are prometheus-client's, checked by the tests.
+# CPU, memory and file descriptors. Help texts are prometheus-client's, checked by the tests. Under
+# PREFIX, not bare process_*: vLLM serves its own process_* on the same pod and container, so a bare
+# name could not tell the launcher's series from the engine's (issue #34: the dashboard mixed them).
 LAUNCHER_PROCESS = (
-    MetricSpec("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes.", prefix=""),
-    MetricSpec("process_resident_memory_bytes", "gauge", "Resident memory size in bytes.", prefix=""),
+    MetricSpec("process_virtual_memory_bytes", "gauge", "Virtual memory size in bytes."),
+    MetricSpec("process_resident_memory_bytes", "gauge", "Resident memory size in bytes."),
     MetricSpec(
         "process_start_time_seconds",
         "gauge",
         "Start time of the process since unix epoch in seconds.",
-        prefix="",
     ),
-    MetricSpec(
-        "process_cpu_seconds", "counter", "Total user and system CPU time spent in seconds.", prefix=""
-    ),
-    MetricSpec("process_open_fds", "gauge", "Number of open file descriptors.", prefix=""),
-    MetricSpec("process_max_fds", "gauge", "Maximum number of open file descriptors.", prefix=""),
+    MetricSpec("process_cpu_seconds", "counter", "Total user and system CPU time spent in seconds."),
+    MetricSpec("process_open_fds", "gauge", "Number of open file descriptors."),
+    MetricSpec("process_max_fds", "gauge", "Maximum number of open file descriptors."),
 )
 
 METRICS = (
@@ -331,9 +329,8 @@ class PodCollector(Collector):
 def build_registry(health: PodHealth) -> tuple[CollectorRegistry, Histogram]:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(PodCollector(health))
-    ProcessCollector(
-        registry=registry
-    )  # the launcher's own process_* (the issue: a custom registry lacked them)
+    # the launcher's own process_* (a custom registry lacks them), as LAUNCHER_PROCESS declares them
+    ProcessCollector(namespace=PREFIX.rstrip("_"), registry=registry)
     probes = Histogram(
         PROBE_DURATION.full_name,
         PROBE_DURATION.help,

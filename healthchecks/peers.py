@@ -25,6 +25,7 @@ from prometheus_client.core import Metric
 from healthchecks.http import IDENTITY_HEADER, NoAnswer, http_reply
 from healthchecks.metrics import PEER_LAST_ANSWER, PEER_LOST, PEER_PARKED, PEER_UP, wall_time
 from healthchecks.watcher import Watcher
+from launcher.contract.endpoints import PROBE_ENDPOINTS
 from launcher.contract.exits import GROUP_BROKEN
 from launcher.contract.log import Log
 from launcher.contract.plan import Peer, Probes
@@ -47,7 +48,7 @@ class PeerState:
     @property
     def url(self) -> str:
         host = f"[{self.peer.host}]" if ":" in self.peer.host else self.peer.host
-        return f"http://{host}:{self.peer.port}/livez"
+        return f"http://{host}:{self.peer.port}{PROBE_ENDPOINTS['live'].path}"
 
     @property
     def up(self) -> bool:

@@ -7,19 +7,20 @@ on every pod, so it must start in tens of milliseconds, not import the launcher'
 from __future__ import annotations
 
 import http.client
+import ipaddress
 import json
 import os
 
 from launcher.config.defaults import PROBE_PORT
+from launcher.contract.endpoints import PROBE_ENDPOINTS
 from launcher.stderr import say
 
-ENDPOINTS = {"live": "/livez", "ready": "/readyz", "startup": "/startupz"}
 MAX_TIMEOUT = 86400  # seconds; the kubelet's own timeoutSeconds for a probe is far shorter
 
 
-def probe(which: str, port: int | None = None, host: str = "127.0.0.1", timeout: float = 2.0) -> int:
+def probe(which: str, port: int | None = None, host: str | None = None, timeout: float = 2.0) -> int:
     """0 when the probe server answers 200, 1 otherwise; one line saying why on stdout (the kubelet
-    records it in the pod's events)."""
+    records it in the pod's events). host: where the server listens (`host_from_env`)."""
     if not 0 < timeout <= MAX_TIMEOUT:  # a socket refuses the rest (nan, inf, 1e300) with a traceback
         say(
             f"llm-d-launcher: error: --timeout {timeout!r} is not a number of seconds above 0, at most "
@@ -30,7 +31,11 @@ def probe(which: str, port: int | None = None, host: str = "127.0.0.1", timeout:
         port = _port_from_env()
         if port is None:
             return 2
-    path = ENDPOINTS[which]
+    if host is None:
+        host = _host_from_env()
+        if host is None:
+            return 2
+    path = PROBE_ENDPOINTS[which].path
     connection = http.client.HTTPConnection(host, port, timeout=timeout)
     try:
         connection.request("GET", path)
@@ -54,6 +59,23 @@ def _port_from_env() -> int | None:
         "fix: give 1-65535, or pass --port"
     )
     return None
+
+
+def _host_from_env() -> str | None:
+    """Where the probe server listens: LLMD_PROBE_HOST when it names one address (a server bound
+    there answers nowhere else, loopback included); unset, empty or a wildcard: loopback."""
+    raw = os.environ.get("LLMD_PROBE_HOST", "").strip()
+    try:
+        address = ipaddress.ip_address(raw) if raw else None
+    except ValueError:
+        say(
+            f"llm-d-launcher: error: LLMD_PROBE_HOST={raw[:60]!r} is not an IP address; "
+            "fix: give the address the probe server binds to, or leave it empty"
+        )
+        return None
+    if address is None or address.is_unspecified:
+        return "::1" if address is not None and address.version == 6 else "127.0.0.1"
+    return str(address)
 
 
 def _summary(body: bytes) -> str:

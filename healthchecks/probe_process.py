@@ -34,11 +34,11 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from typing import Any
 
-PATHS = ("/livez", "/readyz", "/startupz")
 # Seconds between two looks of the launcher at its answers: a look costs ~0.1-0.4 ms of the launcher's
 # CPU, so 20 ms looks made an idle launcher use 2.4 % of a core (goal 0.5 %, bench/results/supervisor.md);
 # a phase, a park, a check that flips and a stop are pushed at once (PodHealth.changed, Supervisor
@@ -80,14 +80,15 @@ class Request:
     connection_header: bool  # the answer names the connection's fate, as aiohttp's does
 
 
-def parse_head(head: bytes) -> Request | None:
-    """A probe this process answers, or None: the launcher's aiohttp server gets the request."""
+def parse_head(head: bytes, paths: Collection[str]) -> Request | None:
+    """A probe this process answers (a GET of one of `paths`, the snapshot's), or None: the launcher's
+    aiohttp server gets the request."""
     lines = head.split(b"\r\n")
     parts = lines[0].split(b" ")
     if len(parts) != 3 or parts[0] != b"GET" or parts[2] not in (b"HTTP/1.0", b"HTTP/1.1"):
         return None
     path = parts[1].decode("ascii", "replace")
-    if path not in PATHS:
+    if path not in paths:
         return None
     hosts, tokens = 0, set[bytes]()
     for line in lines[1:]:
@@ -148,10 +149,16 @@ class Answers:
             else f"the launcher has published nothing for {silent:.1f} s (its loop is blocked or it hangs)"
         )
         phase = self.snapshot.get("phase", "unknown")
-        if path == "/livez":
-            return {"live": False, "reason": why}
-        key = "ready" if path == "/readyz" else "started"
-        return {key: False, "phase": phase, "failing": {"launcher": why}}
+        endpoint = self.snapshot["answers"][path]  # its field and kind, as the launcher declared them
+        if endpoint["liveness"]:
+            return {endpoint["key"]: False, "reason": why}
+        return {endpoint["key"]: False, "phase": phase, "failing": {"launcher": why}}
+
+    @property
+    def paths(self) -> Collection[str]:
+        """The probes answered here: the snapshot's (none before the first: the launcher answers)."""
+        answers: dict[str, Any] = self.snapshot.get("answers", {})
+        return answers.keys()
 
 
 def _encode(body: Any) -> bytes:
@@ -232,7 +239,9 @@ class Front:
                 client.close()
                 continue
             end = data.find(b"\r\n\r\n")
-            request = parse_head(data[:end]) if end == len(data) - 4 else None
+            if not self.answers.snapshot:  # the first one names the probes: read it before the head
+                self.on_channel()
+            request = parse_head(data[:end], self.answers.paths) if end == len(data) - 4 else None
             if request is not None and not request.keep_alive:
                 answer = self.respond(request)
                 try:
@@ -313,7 +322,7 @@ class Connection(asyncio.Protocol):
                 if len(self.buffer) > MAX_HEAD or b"\n\n" in self.buffer:
                     self._relay()
                 return
-            request = parse_head(self.buffer[:end])
+            request = parse_head(self.buffer[:end], self.front.answers.paths)
             if request is None:
                 self._relay()
                 return

@@ -30,6 +30,7 @@ from healthchecks.probe_process import (
     read_message,
 )
 from healthchecks.state import Answer, PodHealth
+from launcher.contract.endpoints import PROBE_ENDPOINTS
 
 RESPAWN_SECONDS = 1.0  # at most one new probe process a second, should one keep dying
 OUTPUT_SHOWN = 2000  # characters of what the process wrote to stderr, at most, in one log event
@@ -38,8 +39,8 @@ OUTPUT_SHOWN = 2000  # characters of what the process wrote to stderr, at most, 
 class ProbePublisher:
     """`answers`: path -> the PodHealth method answering it; `observe(endpoint, seconds)`: the probe
     histogram; `server`: the Server header aiohttp sends; `backend`: the abstract Unix address of the
-    launcher's aiohttp application; `spared`: the pids the supervisor must neither signal nor wait
-    for (the probe process's)."""
+    launcher's aiohttp application; `spared`: the processes (by pid) the supervisor must neither
+    signal nor report (the probe process: this reports its end, whoever reaps it)."""
 
     def __init__(
         self,
@@ -56,7 +57,8 @@ class ProbePublisher:
         self.health, self.answers, self.scrub = health, answers, scrub
         self.listeners, self.backend, self.observe, self.server = listeners, backend, observe, server
         self.silent_after, self.log = silent_after, log
-        self.spared: set[int] = set()
+        self.spared: dict[int, subprocess.Popen[bytes]] = {}
+        self.endpoints = {e.path: e for e in PROBE_ENDPOINTS.values()}
         self.process: subprocess.Popen[bytes] | None = None
         self.channel: socket.socket | None = None
         self._published = ""  # the latest snapshot sent, as compared
@@ -145,12 +147,19 @@ class ProbePublisher:
         made before scrubbing, which costs more than the rest of a look."""
         now = self.health.clock()
         moments = self.health.counting_from()
-        identity, phase, answers = self.health.identity, self.health.phase, {}
+        identity, phase = self.health.identity, self.health.phase
+        answers: dict[str, dict[str, Any]] = {}
         for path, answer in self.answers.items():
             ok, body = answer()
             ticking = {name: now - moments[name] for name in moments if name in body}
-            answers[path] = {"status": 200 if ok else 503, "body": {**body, **dict.fromkeys(ticking)}}
-            answers[path]["ticking"] = ticking
+            endpoint = self.endpoints[path]  # what the probe process says alone, when this launcher is silent
+            answers[path] = {
+                "status": 200 if ok else 503,
+                "body": {**body, **dict.fromkeys(ticking)},
+                "ticking": ticking,
+                "key": endpoint.key,
+                "liveness": endpoint.liveness,
+            }
         compared = json.dumps([identity, phase, [(a["status"], a["body"]) for a in answers.values()]])
         return compared, {"identity": identity, "server": self.server, "phase": phase, "answers": answers}
 
@@ -206,7 +215,7 @@ class ProbePublisher:
             theirs.close()
         assert self.process.stderr is not None
         os.set_blocking(self.process.stderr.fileno(), False)
-        self.spared.add(self.process.pid)
+        self.spared[self.process.pid] = self.process
 
     def _end_process(self) -> None:
         process, self.process = self.process, None
@@ -217,7 +226,7 @@ class ProbePublisher:
                 process.wait()
             if process.stderr is not None:
                 process.stderr.close()
-            self.spared.discard(process.pid)
+            self.spared.pop(process.pid, None)
         if self.channel is not None:
             self.channel.close()
             self.channel = None

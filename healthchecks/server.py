@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import socket
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -28,6 +29,7 @@ from healthchecks.metrics import build_registry
 from healthchecks.probe_process import SILENT_SECONDS
 from healthchecks.probe_publisher import ProbePublisher
 from healthchecks.state import Answer, PodHealth
+from launcher.contract.endpoints import PROBE_ENDPOINTS
 from launcher.contract.errors import ConfigError
 
 JSON = "application/json"
@@ -93,7 +95,7 @@ class ProbeServer:
         self.health, self.host, self.port, self.holder_of = health, host, port, holder_of
         self.scrub, self.silent_after = scrub, silent_after
         self.registry, self._latency = build_registry(health)
-        self.answers = {"/livez": health.liveness, "/readyz": health.readiness, "/startupz": health.startup}
+        self.answers = {e.path: getattr(health, e.answer) for e in PROBE_ENDPOINTS.values()}
         app = web.Application(middlewares=[_http_1_only])
         for path, answer in self.answers.items():
             app.router.add_get(path, self._probe(path[1:], answer))
@@ -104,10 +106,10 @@ class ProbeServer:
         self.publisher: ProbePublisher | None = None
 
     @property
-    def spared(self) -> set[int]:
-        """The probe process's pid: the supervisor neither signals it nor waits for it (it serves the
-        probes while the pod stops, and ends with this server)."""
-        return self.publisher.spared if self.publisher is not None else set()
+    def spared(self) -> dict[int, subprocess.Popen[bytes]]:
+        """The probe process by pid: the supervisor neither signals it nor reports its end (it serves
+        the probes while the pod stops, and ends with this server; the publisher reports it)."""
+        return self.publisher.spared if self.publisher is not None else {}
 
     def publish_now(self) -> None:
         """Hand the probe process the answers now (a phase or a check changed, a stop began): it looks

@@ -11,6 +11,7 @@ from typing import Any, NoReturn, TextIO, TypeAlias
 
 import launcher.early  # noqa: F401 - first: `run`'s signal handlers before any heavy import
 from launcher.config.defaults import PROBE_PORT
+from launcher.contract.endpoints import PROBE_ENDPOINTS
 from launcher.contract.errors import ConfigError, Problem
 from launcher.contract.redact import REDACTED, Scrubber, is_secret_name, secret_values
 from launcher.stderr import say, silence
@@ -244,13 +245,16 @@ def _add_probe(sub: _Commands) -> None:
     probe = sub.add_parser(
         "probe",
         help="exec probe: ask this pod's launcher whether it is live, ready or started (exit 0 or 1)",
-        description="Ask the launcher's probe server (127.0.0.1:LLMD_PROBE_PORT) and exit 0 if it "
-        "answers 200, 1 otherwise, with one line saying why; 2 for a bad --timeout or LLMD_PROBE_PORT. "
+        description="Ask the launcher's probe server (LLMD_PROBE_HOST, else 127.0.0.1; port "
+        "LLMD_PROBE_PORT) and exit 0 if it answers 200, 1 otherwise, with one line saying why; 2 for a "
+        "bad --timeout, LLMD_PROBE_HOST or LLMD_PROBE_PORT. "
         "For clusters that prefer exec probes; httpGet probes on /livez, /readyz and /startupz answer "
         "the same.",
     )
     probe.add_argument(
-        "which", choices=("live", "ready", "startup"), help="asks /livez, /readyz or /startupz"
+        "which",
+        choices=tuple(PROBE_ENDPOINTS),
+        help="asks " + ", ".join(e.path for e in PROBE_ENDPOINTS.values()),
     )
     probe.add_argument(
         "--port", type=_port, help=f"probe server port (default LLMD_PROBE_PORT, else {PROBE_PORT})"

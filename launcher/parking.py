@@ -27,6 +27,7 @@ from healthchecks.state import Parked, PodHealth
 from launcher.contract.errors import ConfigError, Problem
 from launcher.contract.exits import BAD_INPUT, signal_name
 from launcher.contract.log import Log
+from launcher.contract.lws import LEADER_ADDRESS, LWS_ENV
 from launcher.supervise.outcome import Outcome
 from launcher.supervise.supervisor import SignalReceived
 
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 FIRST_RECHECK = 1.0  # seconds before the first re-check; doubled after each, up to MAX_RECHECK
 MAX_RECHECK = 30.0
 REMIND_EVERY = 60.0  # seconds between two log lines of the same reason
-LWS_ENV = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX")  # LWS injects all three
 # Which problems heal in place, by the setting a Problem names; one declaration per class.
 # What the container was started with changes only with a new pod (a rollout): its env, and what
 # preflight finds of its capabilities, rlimits, memory limit, devices, image and PID namespace.
@@ -54,7 +54,7 @@ _STARTED_WITH = (
 # These are env, but what they point at can change in place: the recipe file's content, the leader's
 # DNS record, the process holding the probe port. Everything else (the recipe's keys, the checkpoint,
 # a port, the drafter in the hub cache) is a file or a process of the node: it can heal in place.
-_NOT_ENV = ("LLMD_RECIPE_FILE", "LWS_LEADER_ADDRESS", "LLMD_PROBE_PORT")
+_NOT_ENV = ("LLMD_RECIPE_FILE", LEADER_ADDRESS, "LLMD_PROBE_PORT")
 
 
 def in_group(environ: Mapping[str, str]) -> bool:

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from launcher.config.recipe import Pool, Recipe
 from launcher.config.settings import Settings
-from launcher.contract.plan import Plan, RdmaPort, ShutdownBudget
+from launcher.contract.plan import DEREGISTER_SHARE, Plan, RdmaPort, ShutdownBudget, share_words
 from launcher.contract.record import record
 from launcher.contract.redact import is_secret_name
 from roles.context import BuildContext
@@ -105,8 +105,10 @@ def _input_notes(settings: Settings, recipe: Recipe, pool: Pool, shutdown: Shutd
     if shutdown.deregister < settings.deregister_seconds:
         notes.append(
             f"LLMD_DEREGISTER_SECONDS={settings.deregister_seconds} is cut to {shutdown.deregister} s: "
-            f"deregistration may take at most a sixth of LLMD_GRACE_SECONDS={settings.grace_seconds}, so "
-            f"the drain keeps the rest; for {settings.deregister_seconds} s raise the pod's "
-            f"terminationGracePeriodSeconds and LLMD_GRACE_SECONDS to {6 * settings.deregister_seconds}"
+            f"deregistration may take at most {share_words(DEREGISTER_SHARE)} of LLMD_GRACE_SECONDS="
+            f"{settings.grace_seconds}, so the drain keeps the rest; for {settings.deregister_seconds} s "
+            "raise "
+            f"the pod's terminationGracePeriodSeconds and LLMD_GRACE_SECONDS to "
+            f"{DEREGISTER_SHARE * settings.deregister_seconds}"
         )
     return notes

@@ -10,6 +10,7 @@ from the installed engines. The pod's catalogue is the one whose version equals 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection, Sequence
 from functools import cache
 from importlib import resources
@@ -22,6 +23,10 @@ from roles.args import Arg, no_form
 
 SKIP_FIX = (
     "fix it; for a flag the engine in the image has and the catalogue lacks, name it in LLMD_ALLOW_FLAGS"
+)
+# A known flag's value or form is wrong: LLMD_ALLOW_FLAGS lets through unknown flags only, so it is no fix.
+VALUE_FIX = (
+    "fix it; if the engine in the image takes it, build the image's catalogue (llm-d-launcher catalog build)"
 )
 BUILT_IN = "built-in"  # FlagCatalog.source of the catalogues shipped in roles/catalogs/
 
@@ -173,19 +178,19 @@ def _check_one(catalog: FlagCatalog, item: Arg, setting: str, allowed: Collectio
     kind = info.get("value")
     if dotted:
         if kind is None or not kind.startswith("json"):
-            return Problem(setting, f"{head}: {base} takes no JSON keys", SKIP_FIX)
+            return Problem(setting, f"{head}: {base} takes no JSON keys", VALUE_FIX)
         return None
     if kind is None:
         if values:
-            return Problem(setting, f"{head} is a switch and takes no value (got {len(values)})", SKIP_FIX)
+            return Problem(setting, f"{head} is a switch and takes no value (got {len(values)})", VALUE_FIX)
         return None
     if not values:
-        return None if info.get("optional") else Problem(setting, f"{head} needs a value", SKIP_FIX)
+        return None if info.get("optional") else Problem(setting, f"{head} needs a value", VALUE_FIX)
     if kind == "list":
         return None
     if len(values) > 1:
         hint = "; write a JSON list as one quoted value" if kind.startswith("json") else ""
-        return Problem(setting, f"{head} takes one value (got {len(values)}){hint}", SKIP_FIX)
+        return Problem(setting, f"{head} takes one value (got {len(values)}){hint}", VALUE_FIX)
     return _check_value(catalog, head, kind, info.get("choices"), values[0], setting)
 
 
@@ -230,7 +235,7 @@ def _check_value(
         hint = f" (did you mean {close[0]}?)" if close else ""
         shown = ", ".join(choices[:12]) + (", ..." if len(choices) > 12 else "")
         return Problem(
-            setting, f"{head} {value!r} is not one of {catalog.label}'s choices{hint}: {shown}", SKIP_FIX
+            setting, f"{head} {value!r} is not one of {catalog.label}'s choices{hint}: {shown}", VALUE_FIX
         )
     try:
         if kind == "int":
@@ -239,9 +244,37 @@ def _check_value(
             float(value)
         elif kind == "json":
             json.loads(value)
-    except ValueError as exc:
+        elif kind in SIZES:
+            check_size(kind, value)
+    except (ValueError, RecursionError) as exc:
         if kind == "json":  # only where it breaks: a JSON config may embed credentials
-            return Problem(setting, f"{head} needs valid JSON ({exc})", SKIP_FIX)
-        what = "an integer" if kind == "int" else "a number"
-        return Problem(setting, f"{head} needs {what}, got {value[:40]!r}", SKIP_FIX)
+            problem = "is nested too deeply" if isinstance(exc, RecursionError) else str(exc)
+            return Problem(setting, f"{head} needs valid JSON ({problem})", VALUE_FIX)
+        what = SIZES[kind][1] if kind in SIZES else "an integer" if kind == "int" else "a number"
+        return Problem(setting, f"{head} needs {what}, got {value[:40]!r}", VALUE_FIX)
     return None
+
+
+# A human-readable integer kind, named by its syntax (launcher/catalogs/generate.py gives each
+# engine's parser its own) -> its suffixed forms, what it is.
+SIZES = {
+    "int-kmgt": (re.compile(r"\d+(?:\.\d+)?[kmgt]|\d+[KMGT]"), "an integer (k/m/g/t or K/M/G/T suffix)"),
+    "int-kmgt-or-auto": (
+        re.compile(r"\d+(?:\.\d+)?[kmgt]|\d+[KMGT]|-1|[aA][uU][tT][oO]"),
+        "an integer (k/m/g/t or K/M/G/T suffix), -1 or auto",
+    ),
+    "int-si-iec": (
+        re.compile(r"\d+(?:\.\d+)?[kMGT]|\d+[KMGT]i"),
+        "an integer (k/M/G/T or Ki/Mi/Gi/Ti suffix)",
+    ),
+}
+
+
+def check_size(kind: str, value: str) -> None:
+    """ValueError unless the engine's human-readable integer parser takes value: a suffixed number
+    (no decimals with a binary suffix), else a plain integer as int() reads it. vLLM's
+    human_readable_int[_or_auto] (vllm/utils/argparse_utils.py, 0.32.0 and 0.33.0), SGLang's
+    human_readable_int (sglang/srt/utils/common.py, 0.5.22 and 0.5.23)."""
+    value = value.strip()
+    if not SIZES[kind][0].fullmatch(value):
+        int(value)

@@ -17,12 +17,11 @@ Sizes are read the way vLLM reads them: GB, MB, KB are powers of 1024 (launcher/
 
 from __future__ import annotations
 
-from launcher.config.recipe import Pool, parse_size
-from launcher.contract.errors import ConfigError
+from launcher.config.recipe import Pool
 from launcher.contract.plan import MemoryItem
 from launcher.contract.record import record
+from roles.engines import family_of
 
-GIB = 1 << 30
 ENGINE = "engine (recipe host.engine_memory)"
 
 
@@ -48,19 +47,7 @@ def pod_memory(pool: Pool, pool_name: str = "pool") -> PodMemory:
 def plan_memory(pool: Pool, pool_name: str) -> tuple[MemoryItem, ...]:
     """What one pod of this pool allocates on the host, item by item. Pinned items are what RDMA
     registers (RLIMIT_MEMLOCK counts them per process)."""
-    from roles.engines import family_of  # its families size their items with size_of, below
-
     items = family_of(pool).host_memory(pool, f"pools.{pool_name}")
     if pool.host.engine_memory is not None:
         items.append(MemoryItem(ENGINE, pool.host.engine_memory))
     return tuple(items)
-
-
-def size_of(value: object, where: str) -> int:
-    """Bytes from 160GB, 512MiB or an int; one line naming the recipe field when it is not a size."""
-    try:
-        if isinstance(value, bool) or not isinstance(value, (str, int)):
-            raise ValueError(f"{str(value)[:32]!r} is not a size")
-        return parse_size(value)
-    except ValueError as exc:
-        raise ConfigError.one(where, str(exc), "write it like 160GB, 512MiB or a number of bytes") from None

@@ -14,8 +14,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from launcher.config.recipe_file import builtin_recipe_names  # noqa: E402
-from launcher.config.recipe_yaml import compiled_builtin, validated_builtin  # noqa: E402
+from launcher.config.recipe_file import (  # noqa: E402
+    builtin_recipe_names,
+    compiled_builtin,
+    validated_builtin,
+)
 
 RECIPES = ROOT / "launcher" / "config" / "recipes"
 VALIDATED = RECIPES / "validated"

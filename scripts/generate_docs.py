@@ -124,6 +124,8 @@ def _schema_type(node: dict[str, Any]) -> str:
     for key in ("anyOf", "oneOf"):
         if key in node:
             return " or ".join(_schema_type(n) for n in node[key])
+    if "allOf" in node:  # branches on a tag (launcher/config/recipe.py _branch_on_kind)
+        return " or ".join(_schema_type(n["then"]) for n in node["allOf"] if "then" in n)
     kind = node.get("type", "any")
     if kind == "array":
         return f"list of {_schema_type(node.get('items', {}))}"
@@ -220,6 +222,7 @@ BUDGET_COLUMNS = (
 
 def shutdown_budget_md() -> str:
     from launcher.config.settings import Settings
+    from launcher.contract import plan
     from launcher.contract.plan import ShutdownBudget
 
     deregister = int(Settings.model_fields["deregister_seconds"].default)
@@ -239,7 +242,12 @@ def shutdown_budget_md() -> str:
         + "Not ready at once; the engine keeps serving for `deregister` s, then gets SIGTERM and drains\n"
         + "for `drain` s (vLLM's `--shutdown-timeout`); the sidecars get SIGTERM at the engine deadline\n"
         + "(sooner if the engine is gone); whatever is left is SIGKILLed at `kill at`, `kill margin` s\n"
-        + "before the kubelet would. All times in seconds from SIGTERM.\n\n"
+        + "before the kubelet would. All times in seconds from SIGTERM. The shares: `deregister` at most\n"
+        + f"{plan.share_words(plan.DEREGISTER_SHARE)} of the grace, the sidecar window "
+        + f"{plan.share_words(plan.SIDECAR_SHARE)} and the kill margin "
+        + f"{plan.share_words(plan.KILL_MARGIN_SHARE)}\n"
+        + f"(each at most {plan.BUDGET_CAP} s; below a grace of {plan.KILL_MARGIN_SHARE} s, "
+        + f"{plan.share_words(plan.KILL_MARGIN_SHARE)} each).\n\n"
         + _table(BUDGET_COLUMNS, rows)
     )
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from prometheus_client.core import Metric
 
-from healthchecks.kvevents.watcher import WatcherState
+from healthchecks.kvevents.stats import WatcherState
 from healthchecks.kvevents.wire import EVENT_TYPES
 from healthchecks.metrics import (
     KV_CACHE_IDENTITY,

@@ -15,6 +15,14 @@ import sys
 from typing import Any
 
 JSON_TYPES = {"loads", "parse_dataclass"}  # vLLM: a JSON object (or dataclass JSON) is required
+# Human-readable integers (`1k`, `25.6k`), each engine's own kind, not `str`, so a bad value is refused:
+# vLLM's k/m/g/t and K/M/G/T (vllm/utils/argparse_utils.py, 0.32.0 and 0.33.0; --max-model-len also
+# takes -1 or `auto`), SGLang's k/M/G/T and Ki/Mi/Gi/Ti (sglang/srt/utils/common.py, 0.5.22 and 0.5.23).
+SIZE_TYPES = {
+    ("vllm", "human_readable_int"): "int-kmgt",
+    ("vllm", "human_readable_int_or_auto"): "int-kmgt-or-auto",
+    ("sglang", "human_readable_int"): "int-si-iec",
+}
 
 
 def value_kind(action: argparse.Action) -> str | None:
@@ -34,6 +42,9 @@ def value_kind(action: argparse.Action) -> str | None:
             return "float" + suffix
         if getattr(candidate, "__name__", "") in JSON_TYPES:
             return "json" + suffix
+        package = getattr(candidate, "__module__", "").partition(".")[0]
+        if (size := SIZE_TYPES.get((package, getattr(candidate, "__name__", "")))) is not None:
+            return size + suffix
     return "str"
 
 

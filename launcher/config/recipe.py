@@ -496,12 +496,19 @@ class Recipe(_Data):
         return pool.model or self.model
 
 
-def kv_peers(recipe: Recipe) -> dict[str, VllmPool]:
+def optional_spec(pool: object, name: str) -> Any:
+    """A pool's optional section by field name (nixl, mooncake_store, kv_events, render), None when its
+    engine's pool class has no such field: the checks below name no engine (docs/adding-an-engine.md)."""
+    return getattr(pool, name, None)
+
+
+def kv_peers(recipe: Recipe) -> dict[str, EnginePool]:
     """The pools that exchange KV: a NIXL side channel or the shared Mooncake store."""
     return {
         name: pool
         for name, pool in recipe.pools.items()
-        if isinstance(pool, VllmPool) and (pool.nixl is not None or pool.mooncake_store is not None)
+        if isinstance(pool, EnginePool)
+        and (optional_spec(pool, "nixl") is not None or optional_spec(pool, "mooncake_store") is not None)
     }
 
 
@@ -513,12 +520,12 @@ def kv_peer_mismatch(recipe: Recipe) -> str | None:
     - the model path (pools with NIXL): NIXL's compatibility hash includes the model string, so the
       handshake fails (vLLM 0.32.0 vllm/distributed/kv_transfer/kv_connector/v1/nixl/metadata.py)."""
     peers = kv_peers(recipe)
-    store = {n: p for n, p in peers.items() if p.mooncake_store is not None}
-    nixl = {n: p for n, p in peers.items() if p.nixl is not None}
-    block = VllmPool.block_size_flag
+    store = {n: p for n, p in peers.items() if optional_spec(p, "mooncake_store") is not None}
+    nixl = {n: p for n, p in peers.items() if optional_spec(p, "nixl") is not None}
+    blocks = "/".join(sorted({f"args.{p.block_size_flag}" for p in peers.values()}))
     facts: list[tuple[str, dict[str, object]]] = [
         ("PYTHONHASHSEED", {n: {**recipe.env, **p.env}.get("PYTHONHASHSEED") for n, p in store.items()}),
-        (f"args.{block}", {n: p.args.get(block) for n, p in peers.items()}),
+        (blocks, {n: p.args.get(p.block_size_flag) for n, p in peers.items()}),
         ("model.path", {n: recipe.model_for(p).path for n, p in nixl.items()}),
     ]
     for what, values in facts:
@@ -538,8 +545,8 @@ def store_protocol_mismatch(recipe: Recipe) -> str | None:
     for name, pool in recipe.pools.items():
         if isinstance(pool, MooncakeDonorPool):
             protocols.setdefault(pool.master, {})[f"pools.{name}.protocol"] = pool.protocol
-        elif isinstance(pool, VllmPool) and pool.mooncake_store is not None:
-            config = pool.mooncake_store.config
+        elif (store := optional_spec(pool, "mooncake_store")) is not None:
+            config = store.config
             setting = f"pools.{name}.mooncake_store.config.protocol"
             # vLLM's MooncakeStoreConnector defaults to rdma (vLLM 0.32.0 vllm/distributed/mooncake_store.py)
             protocols.setdefault(str(config["master_server_address"]), {})[setting] = str(
@@ -560,12 +567,12 @@ def router_mismatch(pool: EnginePool, env: Mapping[str, str]) -> str | None:
     router = pool.router
     assert router is not None
     if router.kv_events_port is not None:
-        events = pool.kv_events if isinstance(pool, VllmPool) else None
+        events = optional_spec(pool, "kv_events")
         if events is None or events.port != router.kv_events_port:
             got = "no kv_events" if events is None else f"kv_events.port {events.port}"
             return f"the router reads KV events on :{router.kv_events_port} but the pool has {got}"
     if router.render_port is not None:
-        render = pool.render if isinstance(pool, VllmPool) else None
+        render = optional_spec(pool, "render")
         if render is None or render.port != router.render_port:
             got = "no render sidecar" if render is None else f"render.port {render.port}"
             return f"the router's token producer targets :{router.render_port} but the pool has {got}"
@@ -594,9 +601,37 @@ def as_engine_int(value: ArgValue) -> int | None:
 def json_schema() -> dict[str, Any]:
     """The recipe as JSON Schema, from the models and their field descriptions: what `llm-d-launcher
     recipes schema` prints, so editors validate a recipe as it is written."""
-    schema = Recipe.model_json_schema()
+    schema = _branch_on_kind(Recipe.model_json_schema())
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "llm-d-launcher recipe",
         **{k: v for k, v in schema.items() if k != "title"},
+    }
+
+
+def _branch_on_kind(node: Any) -> Any:
+    """pydantic writes a tagged union as `oneOf` plus OpenAPI's `discriminator`, which JSON Schema does
+    not know: a validator then tries every branch and reports that none matched (`kind: vLLM` got no
+    word about kind). Standard JSON Schema instead: `kind` must be one of the tags, and `if` it is a
+    tag `then` that branch's schema applies, so the error names what is wrong."""
+    if isinstance(node, list):
+        return [_branch_on_kind(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    node = {key: _branch_on_kind(value) for key, value in node.items()}
+    tagged = node.pop("discriminator", None)
+    if tagged is None:
+        return node
+    key = tagged["propertyName"]
+    by_ref = {ref: tag for tag, ref in tagged["mapping"].items()}
+    mapping = {by_ref[branch["$ref"]]: branch["$ref"] for branch in node.pop("oneOf")}  # union order
+    return {
+        **node,
+        "type": "object",
+        "required": [key],
+        "properties": {key: {"enum": list(mapping)}},
+        "allOf": [
+            {"if": {"properties": {key: {"const": tag}}, "required": [key]}, "then": {"$ref": ref}}
+            for tag, ref in mapping.items()
+        ],
     }

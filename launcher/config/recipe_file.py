@@ -19,37 +19,14 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from launcher.config.recipe import POOL_KINDS, Recipe, json_schema
+from launcher.config.recipe_source import RecipeSource as RecipeSource  # re-exported: where readers look
 from launcher.contract.errors import ConfigError, Problem
-from launcher.contract.record import record
 
 if TYPE_CHECKING:  # importlib.abc's name until 3.11; importlib.resources.abc's after
     from importlib.abc import Traversable
 
 SCHEMA_FIX = "correct the recipe (its keys and types: `llm-d-launcher recipes schema`)"
 MAX_RECIPE_BYTES = 1 << 20  # a recipe is a page of YAML; a ConfigMap holds at most 1 MiB
-
-
-@record
-class RecipeSource:
-    """Where a recipe comes from, and the setting a person changes to fix it."""
-
-    name: str
-    file: str | None
-
-    @property
-    def setting(self) -> str:
-        return "LLMD_RECIPE" if self.file is None else "LLMD_RECIPE_FILE"
-
-    @property
-    def label(self) -> str:
-        """For messages: a path with a newline in it would break the one-line-per-problem rule."""
-        if self.file is None:
-            return (
-                f"built-in recipe {self.name!r}"
-                if not self.name.isprintable()
-                else f"built-in recipe {self.name}"
-            )
-        return self.file if self.file.isprintable() and self.file else repr(self.file)
 
 
 def _recipes() -> "Traversable":
@@ -142,10 +119,11 @@ def _keys_at(loc: tuple[int | str, ...]) -> list[str]:
         node = resolve(node)
         if part in node.get("properties", {}):
             node = node["properties"][part]
-        elif "discriminator" in node:  # a pool: pydantic's location names its kind
-            node = {"$ref": node["discriminator"]["mapping"].get(part, "#/$defs/-")}
-            if node["$ref"] == "#/$defs/-":
+        elif "allOf" in node:  # a pool (recipe._branch_on_kind): pydantic's location names its kind
+            branches = {b["if"]["properties"]["kind"]["const"]: b["then"] for b in node["allOf"] if "if" in b}
+            if part not in branches:
                 return []
+            node = branches[part]
         elif isinstance(node.get("additionalProperties"), dict):  # a mapping's own key (a pool's name)
             node = node["additionalProperties"]
         else:
@@ -203,3 +181,24 @@ def _builtin_recipe(name: str) -> Recipe:
     if not isinstance(recipe, Recipe):
         raise TypeError(f"recipes/validated/{name}.json holds no recipe: run scripts/compile_recipes.py")
     return recipe
+
+
+def compiled_builtin(name: str) -> str:
+    """A built-in recipe's YAML as the JSON the package ships (recipes/NAME.json), checked as a recipe
+    file would be: scripts/compile_recipes.py writes it, a test keeps it equal to the YAML."""
+    from launcher.config.recipe_yaml import parse_recipe_yaml
+
+    data = parse_recipe_yaml(builtin_recipe_text(name), RecipeSource(name, None))
+    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+
+
+def validated_builtin(name: str) -> str:
+    """A built-in recipe's YAML validated by the schema, as the JSON the package ships
+    (recipes/validated/NAME.json, launcher/config/validated.py): scripts/compile_recipes.py writes it,
+    a test keeps it equal to validating the YAML."""
+    from launcher.config.recipe_yaml import parse_recipe_yaml
+    from launcher.config.validated import dump_validated
+
+    source = RecipeSource(name, None)
+    recipe = validate_recipe(parse_recipe_yaml(builtin_recipe_text(name), source), source)
+    return json.dumps(dump_validated(recipe), indent=2, ensure_ascii=False, allow_nan=False) + "\n"

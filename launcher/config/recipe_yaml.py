@@ -6,13 +6,12 @@ A recipe file is untrusted input mounted from a ConfigMap: its size is bounded a
 the text it points at (it may hold a secret).
 """
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
 import yaml
 
-from launcher.config.recipe_file import RecipeSource
+from launcher.config.recipe_source import RecipeSource
 from launcher.contract.errors import ConfigError
 
 _MAX_NODES = 100_000  # values after alias expansion: a "billion laughs" file is refused, not expanded
@@ -125,24 +124,3 @@ def parse_recipe_yaml(text: str, source: RecipeSource) -> Mapping[str, Any]:
             "fix the recipe",
         )
     return data
-
-
-def compiled_builtin(name: str) -> str:
-    """A built-in recipe's YAML as the JSON the package ships (recipes/NAME.json), checked as a recipe
-    file would be: scripts/compile_recipes.py writes it, a test keeps it equal to the YAML."""
-    from launcher.config.recipe_file import builtin_recipe_text
-
-    data = parse_recipe_yaml(builtin_recipe_text(name), RecipeSource(name, None))
-    return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
-
-
-def validated_builtin(name: str) -> str:
-    """A built-in recipe's YAML validated by the schema, as the JSON the package ships
-    (recipes/validated/NAME.json, launcher/config/validated.py): scripts/compile_recipes.py writes it,
-    a test keeps it equal to validating the YAML."""
-    from launcher.config.recipe_file import builtin_recipe_text, validate_recipe
-    from launcher.config.validated import dump_validated
-
-    source = RecipeSource(name, None)
-    recipe = validate_recipe(parse_recipe_yaml(builtin_recipe_text(name), source), source)
-    return json.dumps(dump_validated(recipe), indent=2, ensure_ascii=False, allow_nan=False) + "\n"

@@ -25,6 +25,7 @@ from pydantic import AliasChoices, BeforeValidator, Field, TypeAdapter, Validati
 from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
+    EnvSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
     SettingsError,
@@ -33,9 +34,10 @@ from pydantic_settings import (
 from launcher.config.defaults import LOCAL_GROUP_TAG, PROBE_PORT, TERMINATION_LOG
 from launcher.config.recipe import EnvMap
 from launcher.config.recipe_file import RecipeSource, read_recipe
+from launcher.contract import lws
 from launcher.contract.addresses import is_ip
 from launcher.contract.errors import ConfigError, Problem
-from launcher.contract.plan import IFNAME_PLACEHOLDER
+from launcher.contract.plan import DEREGISTER_SHARE, IFNAME_PLACEHOLDER, share_words
 from launcher.contract.record import record
 from launcher.contract.redact import REDACTED, is_secret_flag, is_secret_name
 
@@ -126,14 +128,14 @@ class Settings(BaseSettings):
 
     # LeaderWorkerSet: https://lws.sigs.k8s.io/docs/reference/labels-annotations-and-environment-variables/
     leader_address: str | None = pod_setting(
-        "LWS_LEADER_ADDRESS",
+        lws.LEADER_ADDRESS,
         "the leader pod's DNS name or IP (injected by LWS)",
         fix="set it to the leader pod's DNS name or IP (LWS injects it)",
         flag="--leader-address",
         metavar="ADDR",
     )
     group_size: int | None = pod_setting(
-        "LWS_GROUP_SIZE",
+        lws.GROUP_SIZE,
         "pods per LWS group (injected by LWS); must equal the pool's `nodes`",
         fix="set it to the LWS group size, a positive integer (leaderWorkerTemplate.size)",
         flag="--group-size",
@@ -141,7 +143,7 @@ class Settings(BaseSettings):
         ge=1,
     )
     worker_index: int | None = pod_setting(
-        "LWS_WORKER_INDEX",
+        lws.WORKER_INDEX,
         "this pod's index in its group, 0 = leader (injected by LWS)",
         fix="set it to the pod's worker index, an integer from 0 (LWS sets it from the "
         "leaderworkerset.sigs.k8s.io/worker-index label)",
@@ -401,7 +403,8 @@ class Settings(BaseSettings):
     deregister_seconds: int = setting(
         5,
         "on SIGTERM, seconds the pod stays not ready but serving before the engine is signalled, so "
-        "endpoints and the router stop sending first; at most a sixth of LLMD_GRACE_SECONDS",
+        f"endpoints and the router stop sending first; at most {share_words(DEREGISTER_SHARE)} of "
+        "LLMD_GRACE_SECONDS",
         fix="give a non-negative integer number of seconds",
         ge=0,
     )
@@ -465,7 +468,7 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return (init_settings, env_settings, RecipeLauncherSection(settings_cls))
+        return (init_settings, BoundedEnvSource(settings_cls), RecipeLauncherSection(settings_cls))
 
     @property
     def lws_env_present(self) -> bool:
@@ -474,6 +477,20 @@ class Settings(BaseSettings):
     @property
     def recipe_source(self) -> RecipeSource:
         return RecipeSource(self.recipe, self.recipe_file)
+
+
+TOO_DEEP = "is nested too deeply"
+
+
+class BoundedEnvSource(EnvSettingsSource):
+    """The environment, with JSON values (LLMD_EXTRA_ENV) nested past Python's recursion limit as a
+    value error (pydantic-settings' SettingsError, one line) instead of the decoder's RecursionError."""
+
+    def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
+        try:
+            return super().decode_complex_value(field_name, field, value)
+        except RecursionError:
+            raise ValueError(TOO_DEEP) from None
 
 
 class RecipeLauncherSection(PydanticBaseSettingsSource):
@@ -635,7 +652,8 @@ def load_settings(**cli: Any) -> Settings:
     except SettingsError as exc:
         # pydantic-settings raises this when a complex value (LLMD_EXTRA_ENV) is not JSON.
         field = next((f for f in Settings.model_fields if f'"{f}"' in str(exc)), "extra_env")
-        raise ConfigError.one(setting_label(field, given), "is not valid JSON", fix_for(field)) from None
+        reason = TOO_DEEP if TOO_DEEP in str(exc.__cause__) else "is not valid JSON"
+        raise ConfigError.one(setting_label(field, given), reason, fix_for(field)) from None
     _check_lws_env(settings)
     if settings.strict_env and (unknown := unknown_env(os.environ)):
         raise ConfigError(unknown)
@@ -668,9 +686,9 @@ def _check_lws_env(settings: Settings) -> None:
     problems = []
     if settings.group_size is None:
         fix = "set it to the LeaderWorkerSet's size"
-        problems.append(Problem("LWS_GROUP_SIZE", "is not set while other LWS variables are", fix))
+        problems.append(Problem(lws.GROUP_SIZE, "is not set while other LWS variables are", fix))
     if settings.worker_index is None:
         fix = "set it from metadata.labels['leaderworkerset.sigs.k8s.io/worker-index']"
-        problems.append(Problem("LWS_WORKER_INDEX", "is not set while other LWS variables are", fix))
+        problems.append(Problem(lws.WORKER_INDEX, "is not set while other LWS variables are", fix))
     if problems:
         raise ConfigError(problems)

@@ -223,6 +223,20 @@ class FileSpec:
     mode: int = 0o644
 
 
+# The shares of the grace period, declared once: what the budget below computes, and what the notes,
+# the settings' help and the generated reference say (in words: share_words).
+DEREGISTER_SHARE = 6  # deregistration takes at most grace / 6, so a short grace keeps most for the drain
+SIDECAR_SHARE = 6  # the sidecars' window after the engine: grace / 6, at most BUDGET_CAP seconds
+KILL_MARGIN_SHARE = 10  # SIGKILL this share of the grace before the kubelet would, at most BUDGET_CAP
+BUDGET_CAP = 5  # seconds
+_SHARE_WORDS = {4: "a quarter", 6: "a sixth", 10: "a tenth"}
+
+
+def share_words(share: int) -> str:
+    """`a sixth` for 6: how the notes and the help text say a share of the grace period."""
+    return _SHARE_WORDS.get(share, f"1/{share}")
+
+
 @record
 class ShutdownBudget:
     """How the pod's termination grace period is split between the engine's drain, the sidecars and
@@ -246,14 +260,14 @@ class ShutdownBudget:
 
     @classmethod
     def from_grace(cls, grace: int, deregister: int = 0) -> ShutdownBudget:
-        if grace < 10:  # whole seconds would leave the engine nothing: a tenth each, 80 % to the engine
-            kill_margin = sidecar_window = round(grace / 10, 3)
+        if grace < KILL_MARGIN_SHARE:  # whole seconds would leave the engine nothing: a tenth each
+            kill_margin = sidecar_window = round(grace / KILL_MARGIN_SHARE, 3)
         else:
-            kill_margin, sidecar_window = min(5, grace // 10), min(5, grace // 6)
+            kill_margin = min(BUDGET_CAP, grace // KILL_MARGIN_SHARE)
+            sidecar_window = min(BUDGET_CAP, grace // SIDECAR_SHARE)
         engine_window = max(0.0, grace - kill_margin - sidecar_window)
-        budget = cls(grace, kill_margin, sidecar_window, int(min(5, engine_window // 4)))
-        # Never more than a sixth of the grace period: a short grace keeps most of it for the drain.
-        return replace(budget, deregister=max(0, min(deregister, grace // 6)))
+        budget = cls(grace, kill_margin, sidecar_window, int(min(BUDGET_CAP, engine_window // 4)))
+        return replace(budget, deregister=max(0, min(deregister, grace // DEREGISTER_SHARE)))
 
     @property
     def kill_at(self) -> float:

@@ -176,6 +176,10 @@ def _request(ns: argparse.Namespace) -> GroupRequest:
         )
     _dns_label("--lws-name", layout.pod_name(size - 1))  # the longest pod name
     env = {f"LLMD_{k.upper()}": str(v) for k, v in given.items() if v is not None}
+    if settings.recipe_file and not os.path.isabs(settings.recipe_file):
+        # A pod's launcher starts in its mount namespace's root (nsenter --mount), not in this
+        # directory: a relative path would find nothing there and park the pod.
+        env["LLMD_RECIPE_FILE"] = os.path.abspath(settings.recipe_file)
     for item in ns.env:
         key, sep, value = item.partition("=")
         if not sep or not key:

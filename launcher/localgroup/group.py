@@ -19,13 +19,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.config.defaults import LOCAL_GROUP_TAG
+from launcher.contract import lws
 from launcher.supervise.spawn import die_with
 
 NETWORK = ipaddress.IPv4Network("10.77.0.0/24")  # inside the runner's own network namespace only
 FIRST_POD_HOST = 10  # pod i gets the network's host number 10 + i; .1 is the bridge
 BRIDGE = "llmd-group"
+PARKED_SHOWN = 300  # characters of a parked pod's reason in its status line
 TAG = LOCAL_GROUP_TAG
-LWS_ENV = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX", "POD_IP", "POD_NAME", "POD_NAMESPACE")
+LWS_ENV = (*lws.LWS_ENV, *lws.POD_IDENTITY_ENV)  # what the runner, no pod itself, must not carry
 
 
 @dataclass(frozen=True)
@@ -92,9 +94,9 @@ class GroupLayout:
             return {"LLMD_POOL": pod.service_pool, "POD_IP": pod.ip, "POD_NAME": pod.name,
                     "POD_NAMESPACE": self.namespace}  # fmt: skip
         return {
-            "LWS_LEADER_ADDRESS": self.leader_address,
-            "LWS_GROUP_SIZE": str(self.size),
-            "LWS_WORKER_INDEX": str(pod.index),
+            lws.LEADER_ADDRESS: self.leader_address,
+            lws.GROUP_SIZE: str(self.size),
+            lws.WORKER_INDEX: str(pod.index),
             "POD_IP": pod.ip,
             "POD_NAME": pod.name,
             "POD_NAMESPACE": self.namespace,
@@ -290,6 +292,7 @@ class LocalGroup:
 
     # ------------------------------------------------------------------ reporting
     def status(self, pod: RunningPod) -> str:
+        """One line: the phase (a parked pod's reason with it, as its /startupz says it), weights, ready."""
         if pod.exit_code is not None:
             return f"exited {pod.exit_code}"
         started = self._probe(pod.pod, "startupz")
@@ -297,6 +300,9 @@ class LocalGroup:
         if started is None:
             return "probes not answering yet"
         parts = [f"phase {started.get('phase', '?')}"]
+        failing = started.get("failing")
+        if isinstance(failing, dict) and isinstance(failing.get("parked"), str):  # why, not just that
+            parts[0] += f" ({failing['parked'][:PARKED_SHOWN]})"
         ratio = started.get("weights_loaded_ratio")
         if isinstance(ratio, (int, float)):
             parts.append(f"weights {ratio:.0%}")

@@ -383,7 +383,8 @@ def clean_shm(directory: str, engine_segments: Sequence[str] = (), pod_name: str
     become a crash loop), and only what the launcher can prove its own: regular files directly in the
     directory, named as the engines name their segments (STALE_SHM and the plan's engine_segments),
     that the ledger (launcher/supervise/shm_ledger.py) says this pod's process tree held, with the same inode
-    (a file made again under that name by someone else is not ours), and that no process we can see
+    (a file made again under that name by someone else is not ours), owned by the launcher's own uid
+    (a ledger another user could write proves nothing: read_ledger ignores it), and that no process we can see
     holds open or mapped. A file in use is known by its device and inode, as /proc shows them,
     whatever path spells the directory (Debian's /run/shm is a symlink to /dev/shm). Symlinks and
     subdirectories are never followed. No ledger: nothing is removed. The ledger then keeps only
@@ -405,7 +406,7 @@ def clean_shm(directory: str, engine_segments: Sequence[str] = (), pod_name: str
             st = entry.lstat()
             if not stat.S_ISREG(st.st_mode):
                 continue
-            if ours.get(entry.name) != st.st_ino:
+            if ours.get(entry.name) != st.st_ino or st.st_uid != os.geteuid():
                 unproven += 1
                 continue
             if (st.st_dev, st.st_ino) in in_use:

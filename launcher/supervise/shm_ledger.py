@@ -8,6 +8,10 @@ them (name and inode) to a ledger kept in the shm directory itself: /dev/shm out
 restart exactly as the files do, which LLMD_RUNTIME_DIR does not. Entries are kept per owner, the
 pod's name: it survives a container restart, and a pod sharing the directory (hostIPC) has another,
 whose processes this launcher cannot see, so whose entries prove nothing about ours.
+
+A shared directory (hostIPC makes /dev/shm the node's) lets any user create the ledger first: a
+ledger is believed only when it is this process's user's and no one else may write it (`ours`), and
+a listed file is removed only when it is this user's too (preflight.clean_shm).
 """
 
 from __future__ import annotations
@@ -49,9 +53,19 @@ def ledger_owner(pod_name: str | None) -> str:
     return pod_name or socket.gethostname()
 
 
+def not_ours(st: os.stat_result) -> str | None:
+    """Why a file with this status is not provably this process's own: another user's, or writable
+    by its group or by others (then anyone in them may have written it); None when it is ours."""
+    if st.st_uid != os.geteuid():
+        return f"is owned by uid {st.st_uid}, not by the launcher's uid {os.geteuid()}"
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"is writable by its group or by others (mode {stat.S_IMODE(st.st_mode):o})"
+    return None
+
+
 def read_ledger(root: Path) -> Ledger:
-    """The ledger in root; absent: empty. Unreadable, not a regular file, over LEDGER_MAX_BYTES or not
-    the expected JSON: empty, with the problem to warn about once."""
+    """The ledger in root; absent: empty. Unreadable, not a regular file, not ours (`not_ours`), over
+    LEDGER_MAX_BYTES or not the expected JSON: empty, with the problem to warn about once."""
     try:
         fd = os.open(root / LEDGER_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except FileNotFoundError:
@@ -59,8 +73,11 @@ def read_ledger(root: Path) -> Ledger:
     except OSError as exc:
         return Ledger({}, f"cannot be opened ({exc.strerror or type(exc).__name__})")
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
             return Ledger({}, "is not a regular file")
+        if (foreign := not_ours(st)) is not None:
+            return Ledger({}, foreign)
         data = os.read(fd, LEDGER_MAX_BYTES + 1)
     except OSError as exc:
         return Ledger({}, f"cannot be read ({exc.strerror or type(exc).__name__})")

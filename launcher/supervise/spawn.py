@@ -10,7 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Mapping
 from typing import IO, NamedTuple, Protocol
 
 from launcher.contract.plan import ProcessSpec
@@ -61,12 +61,15 @@ class Spawner(Protocol):
 
 class SubprocessSpawner:
     """The real thing: subprocess, waitpid, kill/killpg, psutil; as a child subreaper. `spared`: the
-    launcher's own helpers (the probe process), never listed as descendants, so never signalled
-    nor waited for: they outlive the stop and end with the launcher."""
+    launcher's own helpers (the probe process) by pid, never listed as descendants, so never
+    signalled nor waited for: they outlive the stop and end with the launcher. One the reaper reaps
+    gets its exit code in its Popen and is not returned: its owner reports its end, once, as it was
+    (reported here, a SIGKILLed probe process was "reaped orphaned process code=137", then "exited
+    with code 0" by its owner, whose Popen found no child left)."""
 
-    def __init__(self, spared: Collection[int] = ()) -> None:
+    def __init__(self, spared: Mapping[int, subprocess.Popen[bytes]] | None = None) -> None:
         self._popens: dict[int, subprocess.Popen[bytes]] = {}
-        self.spared = spared
+        self.spared: Mapping[int, subprocess.Popen[bytes]] = spared if spared is not None else {}
 
     def watch(self, on_exit: Callable[[], None]) -> Callable[[], None]:
         become_subreaper()
@@ -104,6 +107,9 @@ class SubprocessSpawner:
             if pid == 0:
                 break
             code = os.waitstatus_to_exitcode(status)
+            if (helper := self.spared.get(pid)) is not None:
+                helper.returncode = code  # its owner reports the end (its poll() reads this)
+                continue
             if (popen := self._popens.pop(pid, None)) is not None:
                 popen.returncode = code  # keep subprocess from waiting on a reaped pid
             exited.append((pid, code))

@@ -8,7 +8,7 @@ from launcher.contract.plan import HttpCheck, MemoryItem, Plan, PortSpec, Proces
 from roles.args import args_from
 from roles.context import BuildContext, owned_flags
 from roles.engines.family import EngineFamily
-from roles.memory import size_of
+from roles.sizes import size_of
 
 _MASTER_OWNED = owned_flags(
     "set it in the recipe's mooncake-master pool",

@@ -24,8 +24,8 @@ from roles.args import Arg, arg, flag_key
 from roles.context import BuildContext, owned_flags
 from roles.engines.disagg_sidecar import SIDECAR_OWNED, disagg_sidecar
 from roles.engines.family import EngineFamily, PhaseLines
-from roles.memory import size_of
 from roles.probes import completion_body, pooling_body
+from roles.sizes import size_of
 
 LAUNCH_SERVER = ["python3", "-m", "sglang.launch_server"]
 

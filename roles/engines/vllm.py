@@ -46,8 +46,8 @@ from roles.engines.vllm_connectors import (
     nixl_env,
     vllm_kv_events_config,
 )
-from roles.memory import GIB, size_of
 from roles.probes import completion_body, pooling_body
+from roles.sizes import GIB, size_of
 
 SERVE = ["vllm", "serve"]
 RENDER = ["vllm", "launch", "render"]

@@ -98,6 +98,26 @@ def test_pod_ip_on_no_interface_is_refused(tmp_path: Path) -> None:
 
 
 @needs_root
+@pytest.mark.parametrize(
+    ("setup", "pod_ip", "words"),
+    [
+        ("ip link set v4a down", POD_IP, f"{POD_IP} is on v4a, which is down (flags: broadcast,multicast)"),
+        ("ip link set v4b down", POD_IP, f"{POD_IP} is on v4a, which is up but has no carrier (flags: up,"),
+        ("ip addr add fe80::5/64 dev v4a", "fe80::5", "fe80::5 on v4a is an IPv6 link-local address"),
+    ],
+    ids=["interface-down", "no-carrier", "ipv6-link-local"],
+)  # fmt: skip
+def test_pod_ip_on_an_interface_that_cannot_carry_traffic_is_refused(
+    tmp_path: Path, setup: str, pod_ip: str, words: str
+) -> None:
+    """Issue #34: each passed preflight and the engine started on an address nothing reaches."""
+    env = {"LLMD_RECIPE_FILE": str(recipe(tmp_path)), "POD_IP": pod_ip}
+    code, out = launch(tmp_path, in_netns(f"{NINE_VETHS}; {ON_FIFTH}; {setup}"), env)
+    assert code == 2, out
+    assert f"error: POD_IP: {words}" in out and "engine started" not in out, out
+
+
+@needs_root
 def test_a_route_to_the_leader_through_another_nic_is_refused(tmp_path: Path) -> None:
     env = {
         "LLMD_RECIPE_FILE": str(recipe(tmp_path, nodes=2)),

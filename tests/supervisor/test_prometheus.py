@@ -89,7 +89,9 @@ def test_prometheus_evaluates_every_alert_and_panel_on_what_it_scraped(
         time.sleep(0.5)
     else:
         pytest.fail("Prometheus never scraped the launcher")
-    assert scraped(url, "llmd_launcher_build_info") and scraped(url, "process_cpu_seconds_total")  # control
+    assert scraped(url, "llmd_launcher_build_info") and scraped(
+        url, "llmd_launcher_process_cpu_seconds_total"
+    )  # control
 
     exprs = [r["expr"] for r in rules()] + [_expand(e) for e in dashboard_exprs()]
     missing = set()

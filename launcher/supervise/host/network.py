@@ -31,6 +31,22 @@ def interface_of(ip: str, table: dict[str, list[str]]) -> str | None:
     return None
 
 
+def interface_unusable(ifname: str) -> str | None:
+    """Why the interface cannot carry traffic now: administratively down, or up without a carrier
+    (its flags as the kernel reports them, SIOCGIFFLAGS through psutil); None when it can."""
+    import psutil
+
+    stats = psutil.net_if_stats().get(ifname)
+    if stats is None:
+        return None
+    flags = stats.flags or "none"
+    if "up" not in flags.split(","):
+        return f"is down (flags: {flags})"
+    if "running" not in flags.split(","):
+        return f"is up but has no carrier (flags: {flags}; a veth whose peer is down, a cable unplugged)"
+    return None
+
+
 def route_source(dest: str) -> str | None:
     """The source address the kernel picks to reach dest (a UDP connect sends nothing)."""
     family = socket.AF_INET6 if ":" in dest else socket.AF_INET
@@ -73,6 +89,13 @@ def check_network(plan: Plan) -> tuple[str | None, list[Problem]]:
     ifname = interface_of(ip, table)
     if ifname is None:
         problems.append(Problem("POD_IP", f"{ip} is on none of this pod's interfaces ({shown})", fix))
+        return None, problems
+    if ipaddress.ip_address(ip).is_link_local and ":" in ip:
+        why = "an IPv6 link-local address: it needs a zone and no router forwards it"
+        problems.append(Problem("POD_IP", f"{ip} on {ifname} is {why}", fix))
+        return None, problems
+    if (unusable := interface_unusable(ifname)) is not None:
+        problems.append(Problem("POD_IP", f"{ip} is on {ifname}, which {unusable}", fix))
         return None, problems
     leader = plan.role.leader_address
     if leader and plan.role.group_size > 1 and plan.role.worker_index != 0:

@@ -1,7 +1,8 @@
 """Generated hostile input (env, CLI args, recipe files, `local-group` options) through `main([...])`
 in-process, and generated checkpoints through the checkpoint check: whatever comes in, the launcher
 answers with exit 0 or 2, one line per problem (or one problem per bad file), in bounded time, no
-traceback and no secret echoed. 3,500 + 2,500 + 2,500 + 500 + 1,000 = 10,000 generated cases."""
+traceback and no secret echoed. 3,500 + 2,500 + 2,500 + 500 + 1,000 = 10,000 generated cases;
+LLMD_FUZZ_SCALE=10 runs ten times as many (derandomized: the first tenth are the default run's)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,12 @@ pytestmark = pytest.mark.fuzz
 SECRET = "hf_Fuzz5ecretValue9876543210"
 CASE_SECONDS = 5.0
 FUZZ = settings(deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+SCALE = int(os.environ.get("LLMD_FUZZ_SCALE", "1"))  # a deeper run once in a while, never the default
+
+
+def cases(count: int) -> int:
+    return count * SCALE
+
 
 # Text an env var or a real argv can carry (no NUL: execve cannot pass one), biased to the hostile.
 _SPECIAL = st.sampled_from(
@@ -104,7 +111,7 @@ def _check(argv: list[str], env: Mapping[str, str], codes: tuple[int, ...] = (0,
         assert line.startswith(("llm-d-launcher: error: ", "note: ")), line
 
 
-@settings(FUZZ, max_examples=3500)
+@settings(FUZZ, max_examples=cases(3500))
 @given(env=ENVS, fmt=st.sampled_from(["text", "shell", "json"]), group=st.booleans())
 def test_fuzz_env(env: dict[str, str], fmt: str, group: bool) -> None:
     _check(["plan", "--format", fmt, *(["--group"] if group else [])], env)
@@ -123,7 +130,7 @@ ARGV = st.lists(
 ).flatmap(lambda opts: st.tuples(*[st.tuples(st.just(o), _VALUE) for o in opts]))
 
 
-@settings(FUZZ, max_examples=2500)
+@settings(FUZZ, max_examples=cases(2500))
 @given(
     command=st.sampled_from(["plan", "probe", "recipes", "bogus"]),
     argv=ARGV,
@@ -204,7 +211,7 @@ def recipes(draw: st.DrawFn) -> str:
 _CASE = itertools.count()
 
 
-@settings(FUZZ, max_examples=2500)
+@settings(FUZZ, max_examples=cases(2500))
 @given(text=recipes(), fmt=st.sampled_from(["text", "shell", "json"]))
 def test_fuzz_recipe_files(text: str, fmt: str) -> None:
     path = Path(os.environ.get("TMPDIR", "/tmp")) / f"llmd-fuzz-{os.getpid()}-{next(_CASE)}.yaml"
@@ -237,7 +244,7 @@ LOCAL_GROUP = st.lists(st.sampled_from(sorted(_LG_OPTIONS)), max_size=5).flatmap
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
 
-@settings(FUZZ, max_examples=500)
+@settings(FUZZ, max_examples=cases(500))
 @given(options=LOCAL_GROUP)
 def test_fuzz_local_group_options(options: tuple[tuple[str, str], ...], tmp_path_factory: Any) -> None:
     """A case that reaches the exec of `unshare` runs again as the re-executed runner would
@@ -298,7 +305,7 @@ def checkpoints(draw: st.DrawFn) -> tuple[object, list[tuple[int, bytes]]]:
     return draw(st.one_of(st.none(), _WEIGHT_MAP)), shards
 
 
-@settings(FUZZ, max_examples=1000)
+@settings(FUZZ, max_examples=cases(1000))
 @given(case=checkpoints())
 def test_fuzz_checkpoints(case: tuple[object, list[tuple[int, bytes]]], tmp_path_factory: Any) -> None:
     from launcher.supervise.host import checkpoint

@@ -93,3 +93,43 @@ def test_restart_always_backs_off_as_the_kubelet_does(tmp_path: Path) -> None:
         delays.append(group.schedule_restart(pod, now=1000.0))
         assert pod.restart_at == 1000.0 + delays[-1]
     assert delays == [0, 10, 20, 40, 80, 160, 300, 300]
+
+
+def test_a_relative_recipe_file_reaches_the_pods_as_an_absolute_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #34: a pod's launcher starts in its mount namespace's root (nsenter --mount), so a
+    relative LLMD_RECIPE_FILE found nothing there and the pod parked; the runner resolves it here."""
+    from launcher.cli import _parser
+    from launcher.localgroup import _request
+
+    def build_parser() -> Any:
+        return _parser("local-group")
+
+    (tmp_path / "r.yaml").write_text(
+        "name: r\nmodel: {path: /m}\ndefault_pool: p\npools:\n  p:\n    kind: vllm\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    ns = build_parser().parse_args(["local-group", "--recipe-file", "r.yaml"])
+    assert _request(ns).env["LLMD_RECIPE_FILE"] == str(tmp_path / "r.yaml")
+    monkeypatch.setenv("LLMD_RECIPE_FILE", "./r.yaml")  # from the environment alike
+    assert _request(build_parser().parse_args(["local-group"])).env["LLMD_RECIPE_FILE"] == str(
+        tmp_path / "r.yaml"
+    )
+
+
+def test_the_status_line_says_why_a_pod_parked(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What /startupz and /readyz answer for a parked pod (a real PodHealth), through the status line."""
+    from healthchecks.state import Parked, PodHealth
+    from launcher.contract.plan import Check, Probes
+    from launcher.localgroup.group import LocalGroup, RunningPod
+
+    health = PodHealth(Probes(1, ready=(), started=Check("engine", "engine")))
+    reason = "LLMD_RECIPE_FILE: r.yaml cannot be read (No such file or directory); fix: give its path"
+    health.park(Parked(reason, ("LLMD_RECIPE_FILE",), "by a rollout", health.clock()))
+    answers = {"startupz": health.startup()[1], "readyz": health.readiness()[1]}
+    group = LocalGroup(GroupLayout("g", 1), tmp_path, {}, 1)
+    monkeypatch.setattr(group, "_probe", lambda pod, endpoint: answers[endpoint])
+    pod = GroupLayout("g", 1).pods[0]
+    line = group.status(RunningPod(pod, mock.Mock(), tmp_path / "log", tmp_path / "t"))
+    assert line.startswith(f"phase parked ({reason})"), line

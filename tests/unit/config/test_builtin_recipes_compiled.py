@@ -14,11 +14,13 @@ from launcher.config.recipe_file import (
     RecipeSource,
     builtin_recipe_names,
     builtin_recipe_text,
+    compiled_builtin,
     load_recipe,
     read_recipe,
     validate_recipe,
+    validated_builtin,
 )
-from launcher.config.recipe_yaml import compiled_builtin, parse_recipe_yaml, validated_builtin
+from launcher.config.recipe_yaml import parse_recipe_yaml
 
 FIX = "run `.venv/bin/python scripts/compile_recipes.py` after editing a built-in recipe"
 

@@ -94,3 +94,25 @@ def test_an_unknown_key_lists_the_valid_ones_and_echoes_no_value(run_cli: Any, t
     assert "model.revison: unknown key (valid keys: path, served_name);" in lines[0]
     assert "pools.serve.memory: unknown key (valid keys: api_servers, args, data_parallel_local," in lines[1]
     assert all(line.endswith("(its keys and types: `llm-d-launcher recipes schema`)") for line in lines)
+
+
+def test_the_schema_branches_on_kind_in_standard_json_schema() -> None:
+    """Issue #34: pydantic's `discriminator` is OpenAPI, not JSON Schema; an editor's validator tried
+    every pool schema and gave `kind: vLLM` an error about other keys. With if/then it names kind."""
+    assert "discriminator" not in json.dumps(json_schema())
+    data = yaml.safe_load(USER_RECIPE)
+    data["pools"]["serve"]["kind"] = "vLLM"
+    validator = jsonschema.Draft202012Validator(json_schema())
+    best = jsonschema.exceptions.best_match(validator.iter_errors(data))
+    assert best is not None and list(best.path) == ["pools", "serve", "kind"], best
+    assert best.message.startswith("'vLLM' is not one of ['vllm', 'sglang', "), best.message
+
+
+def test_a_key_of_another_kind_is_named_by_the_right_branch() -> None:
+    data = yaml.safe_load(USER_RECIPE)
+    pool = data["pools"]["serve"]
+    assert pool["kind"] == "vllm"
+    pool["no_such_key"] = 1
+    validator = jsonschema.Draft202012Validator(json_schema())
+    best = jsonschema.exceptions.best_match(validator.iter_errors(data))
+    assert best is not None and "'no_such_key' was unexpected" in best.message, best.message

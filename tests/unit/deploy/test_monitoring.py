@@ -347,9 +347,22 @@ def test_every_alert_links_a_runbook_section_that_exists(rule: dict[str, Any]) -
 
 def test_alerts_and_the_dashboard_name_only_metrics_the_launcher_declares() -> None:
     named = {n for expr in [r["expr"] for r in rules()] + dashboard_exprs() for n in NAME.findall(expr)}
-    assert "llmd_launcher_forward_stalled" in named and "process_resident_memory_bytes" in named  # control
+    assert "llmd_launcher_forward_stalled" in named and "llmd_launcher_process_resident_memory_bytes" in named
     assert named - exported_names() - set(NOT_YET_SERVED) == set()
     assert set(NOT_YET_SERVED) & exported_names() == set(), "now served: drop it from NOT_YET_SERVED"
+
+
+def test_the_dashboard_selects_the_launchers_own_series_only() -> None:
+    """Issue #34: the launcher's CPU/memory panel read bare process_*, which vLLM serves too on the same
+    pod and container (the PodMonitor scrapes both): every name a panel or alert reads is the
+    launcher's own prefix, so no engine series mixes in."""
+    named = {n for expr in [r["expr"] for r in rules()] + dashboard_exprs() for n in NAME.findall(expr)}
+    assert {n for n in named if not n.startswith("llmd_launcher_")} == set()
+    exprs = " ".join(dashboard_exprs())
+    assert (
+        "llmd_launcher_process_cpu_seconds_total" in exprs
+        and "llmd_launcher_process_resident_memory_bytes" in exprs
+    )
 
 
 def test_the_dashboard_shows_what_the_issue_asks_for() -> None:

@@ -57,10 +57,10 @@ def test_build_info_names_what_runs_and_the_engine_as_installed() -> None:
 
 def test_the_launchers_own_process_metrics_are_served() -> None:
     found = samples(PodHealth(Probes(9100, ready=(), started=Check("engine", "engine"))))
-    started = found[("process_start_time_seconds", ())]
+    started = found[("llmd_launcher_process_start_time_seconds", ())]
     assert time.time() - 3600 * 24 < started <= time.time()
-    assert found[("process_resident_memory_bytes", ())] > 1 << 20
-    assert found[("process_open_fds", ())] >= 3
+    assert found[("llmd_launcher_process_resident_memory_bytes", ())] > 1 << 20
+    assert found[("llmd_launcher_process_open_fds", ())] >= 3
 
 
 def test_last_times_are_unix_timestamps_not_ages() -> None:

@@ -12,7 +12,8 @@ import zmq
 from msgspec.msgpack import encode
 
 from healthchecks.kvevents.bounds import REPLAY_WINDOW
-from healthchecks.kvevents.watcher import KvEventWatcher, RankStats
+from healthchecks.kvevents.stats import RankStats
+from healthchecks.kvevents.watcher import KvEventWatcher
 from healthchecks.kvevents.wire import END_SEQ
 from launcher.contract.plan import KvEventSource, KvEventsWatch
 

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import http.server
 import json
 import sys
+import threading
 
 import pytest
 
@@ -79,3 +81,42 @@ def test_malformed_requests_are_refused_in_one_json_line_each(capsys: pytest.Cap
     assert "bad request" in err  # the malformed requests are reported, each on its own line
     for line in err.splitlines():
         assert isinstance(json.loads(line), dict), line
+
+
+class _Ok(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(b'{"ok": true}')
+
+    def log_message(self, *_: object) -> None:
+        pass
+
+
+def test_the_exec_probe_asks_where_llmd_probe_host_binds_the_server(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue #34: a server bound to LLMD_PROBE_HOST answers there only; the exec probe asked
+    127.0.0.1 whatever the setting, so a pod with LLMD_PROBE_HOST set was never live."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.2", 0), _Ok)  # any 127/8 address is loopback
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        port = str(server.server_address[1])
+        monkeypatch.setenv("LLMD_PROBE_HOST", "127.0.0.2")
+        assert main(["probe", "live", "--port", port]) == 0, capsys.readouterr()
+        monkeypatch.setenv("LLMD_PROBE_HOST", "0.0.0.0")  # a wildcard: asked on loopback
+        assert main(["probe", "live", "--port", port]) == 1
+        assert "no answer from the launcher on 127.0.0.1:" in capsys.readouterr().out
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_a_probe_host_that_is_no_ip_is_one_line_exit_2(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("LLMD_PROBE_HOST", "pod.example")
+    assert main(["probe", "live", "--port", "1"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and "LLMD_PROBE_HOST" in err

@@ -138,3 +138,67 @@ def test_env_flag_refuses_secret_names(run_cli: Any) -> None:
     code, _, err = run_cli("plan", "--env", "HF_TOKEN=hf_value_123")
     assert code == 2 and "hf_value_123" not in err
     assert "error: --env: HF_TOKEN looks like a secret" in err
+
+
+SGLANG = load_catalog("sglang-server", "0.5.23")
+
+
+@pytest.mark.parametrize(
+    ("catalog", "extra", "message"),
+    [
+        (VLLM, "--max-model-len 4\xff", "--max-model-len needs an integer (k/m/g/t or K/M/G/T suffix), -1"),
+        (VLLM, "--max-model-len 1.5K", "--max-model-len needs an integer"),  # no decimals with K
+        (VLLM, "--max-num-batched-tokens 2Mi", "--max-num-batched-tokens needs an integer (k/m/g/t"),
+        (VLLM, "--max-num-batched-tokens auto", "--max-num-batched-tokens needs an integer"),
+        (SGLANG, "--context-length 4m", "--context-length needs an integer (k/M/G/T or Ki/Mi/Gi/Ti suffix)"),
+        (SGLANG, "--context-length 2K", "--context-length needs an integer"),
+    ],
+)  # fmt: skip
+def test_a_human_readable_int_flag_refuses_what_its_engine_refuses(
+    catalog: Any, extra: str, message: str
+) -> None:
+    """Issue #34: these flags were typed `str` in the catalogue, so `4\\xff` passed the flag check and
+    failed only in the engine's parser. Kinds as vLLM's human_readable_int[_or_auto] and SGLang's
+    human_readable_int parse (vllm/utils/argparse_utils.py 0.32.0; sglang/srt/utils/common.py 0.5.23)."""
+    found = [p.message for p in check_flags(catalog, split_extra_args(extra, "X"), "X")]
+    assert len(found) == 1 and found[0].startswith(message), found
+
+
+@pytest.mark.parametrize(
+    ("catalog", "extra"),
+    [
+        (VLLM, "--max-model-len 32768"), (VLLM, "--max-model-len 25.6k"), (VLLM, "--max-model-len 1K"),
+        (VLLM, "--max-model-len auto"), (VLLM, "--max-model-len -1"), (VLLM, "--max-num-batched-tokens 2M"),
+        (VLLM, "--kv-cache-memory-bytes None"),  # optional
+        (SGLANG, "--context-length 4k"), (SGLANG, "--context-length 2Ki"), (SGLANG, "--context-length 1.5M"),
+    ],
+)  # fmt: skip
+def test_a_human_readable_int_flag_takes_what_its_engine_takes(catalog: Any, extra: str) -> None:
+    assert check_flags(catalog, split_extra_args(extra, "X"), "X") == []
+
+
+def test_json_nested_past_the_recursion_limit_is_a_problem() -> None:
+    (found,) = problems("--kv-transfer-config " + "[" * 100_000)
+    assert found == "--kv-transfer-config needs valid JSON (is nested too deeply)"
+
+
+@pytest.mark.parametrize(
+    "extra",
+    ["--max-num-seqs lots", "--kv-cache-dtype fp9", "--enforce-eager true", "--max-num-seqs",
+     "--max-num-seqs 1 2", "--max-num-seqs.x 1", "--kv-transfer-config {bad", "--max-model-len 4\xff"],
+)  # fmt: skip
+def test_a_value_error_does_not_suggest_llmd_allow_flags(extra: str) -> None:
+    """Issue #34: LLMD_ALLOW_FLAGS lets through flags the catalogue lacks, never a known flag's bad
+    value, so its hint on a value error sent the operator to a setting that cannot help."""
+    (problem,) = check_flags(VLLM, split_extra_args(extra, "X"), "X")
+    assert "LLMD_ALLOW_FLAGS" not in problem.line()
+    assert check_flags(VLLM, split_extra_args(extra, "X"), "X", allowed={extra.split()[0]}) == [problem]
+
+
+def test_an_unknown_flag_suggests_llmd_allow_flags() -> None:
+    (problem,) = check_flags(VLLM, split_extra_args("--brand-new-flag 1", "X"), "X")
+    assert "LLMD_ALLOW_FLAGS" in problem.line()
+    assert (
+        check_flags(VLLM, split_extra_args("--brand-new-flag 1", "X"), "X", allowed={"--brand-new-flag"})
+        == []
+    )

@@ -9,7 +9,8 @@ from launcher.config.recipe_file import load_recipe
 from launcher.config.settings import load_settings
 from launcher.contract.errors import ConfigError
 from launcher.contract.plan import MemoryItem
-from roles.memory import ENGINE, GIB, plan_memory, pod_memory, size_of
+from roles.memory import ENGINE, plan_memory, pod_memory
+from roles.sizes import GIB, size_of
 
 
 def pool(name: str) -> Pool:

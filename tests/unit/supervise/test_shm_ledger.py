@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -193,3 +194,76 @@ def test_the_ledgers_own_name_matches_no_engines_segments() -> None:
         pattern = stale_shm(family.shm_segments)
         assert pattern.fullmatch(LEDGER_NAME) is None, family.name
         assert pattern.fullmatch(LEDGER_NAME + ".tmp1a2b3c") is None, family.name
+
+
+NOBODY = 65534  # another user: a real uid, as a neighbour sharing the node's /dev/shm (hostIPC) is
+
+
+def _as_nobody(make: Callable[[], None]) -> None:
+    """Run make in a forked child that has dropped to uid/gid NOBODY (the tests run as root here; a
+    fork, not a new interpreter: NOBODY cannot read the venv's Python under /root)."""
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover - the child
+        code = 1
+        try:
+            os.setgid(NOBODY)
+            os.setuid(NOBODY)
+            make()
+            code = 0
+        finally:
+            os._exit(code)
+    assert os.waitpid(pid, 0)[1] == 0
+
+
+def _plant(path: Path, data: bytes = b"x", mode: int = 0o644) -> None:
+    fd = os.open(path, os.O_CREAT | os.O_WRONLY | os.O_EXCL, mode)
+    os.write(fd, data)
+    os.close(fd)
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="becoming another uid needs root")
+
+
+@needs_root
+def test_a_ledger_another_user_planted_is_ignored_with_one_problem(shm: Path) -> None:
+    """Issue #34: another uid creates the ledger first, naming its own segment (not held: a producer
+    that closed it for a consumer to attach) with its inode; the launcher, as root, must not delete it."""
+    shm.chmod(0o1777)  # as /dev/shm: anyone may create, only the owner may remove
+    segment = shm / "psm_0000beef"
+    planted = {ledger_owner(None): {segment.name: 0}}
+
+    def plant() -> None:
+        _plant(segment)
+        planted[ledger_owner(None)][segment.name] = segment.stat().st_ino
+        _plant(shm / LEDGER_NAME, json.dumps({"owners": planted}).encode())
+
+    _as_nobody(plant)
+    assert (shm / LEDGER_NAME).stat().st_uid == NOBODY
+    ledger = read_ledger(shm)
+    assert ledger.owners == {} and ledger.problem == f"is owned by uid {NOBODY}, not by the launcher's uid 0"
+    done = clean_shm(str(shm))
+    assert (done.removed, done.unproven, done.ledger_problem) == ([], 1, ledger.problem)
+    assert segment.exists()
+
+
+def test_a_ledger_others_may_write_is_ignored(shm: Path) -> None:
+    segment = shm / "psm_0000cafe"
+    segment.write_bytes(b"x")
+    write_ledger(shm, {ledger_owner(None): {segment.name: segment.stat().st_ino}})
+    (shm / LEDGER_NAME).chmod(0o666)
+    done = clean_shm(str(shm))
+    assert done.removed == [] and done.ledger_problem == "is writable by its group or by others (mode 666)"
+    assert segment.exists()
+
+
+@needs_root
+def test_a_listed_file_another_user_owns_is_never_removed(shm: Path) -> None:
+    """Our own ledger, but the file under that name and inode now belongs to another uid (chown after
+    we listed it, or a ledger written from a guess): only the launcher's uid's files are removed."""
+    shm.chmod(0o1777)
+    segment = shm / "psm_0000f00d"
+    _as_nobody(lambda: _plant(segment))
+    write_ledger(shm, {ledger_owner(None): {segment.name: segment.stat().st_ino}})
+    done = clean_shm(str(shm))
+    assert (done.removed, done.unproven, done.ledger_problem) == ([], 1, None)
+    assert segment.exists()
