@@ -28,7 +28,9 @@ from launcher.cli import main
 pytestmark = pytest.mark.fuzz
 
 SECRET = "hf_Fuzz5ecretValue9876543210"
-CASE_SECONDS = 5.0
+# A hang guard, not a speed goal (those live in bench/): a case takes 0.2-0.3 s alone, but the 10x run
+# saw 5.7-9.3 s for single cases on a machine at load 6-11, which hypothesis could not reproduce.
+CASE_SECONDS = 30.0
 FUZZ = settings(deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
 SCALE = int(os.environ.get("LLMD_FUZZ_SCALE", "1"))  # a deeper run once in a while, never the default
 
