@@ -6,6 +6,7 @@ wrong or empty one (run with sh, `curl` replaced by a recorder: no network)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import stat
@@ -21,8 +22,14 @@ from launcher.config.recipe_file import RecipeSource, load_recipe
 from tests.unit.deploy.test_manifests import GUIDE, ROOT, container_env, kustomize, validate
 
 # deploy/ directory -> the guide's GUIDE_NAME (Kimi: its excerpt's `export GUIDE_NAME=`; DeepSeek-V4:
-# llm-d/llm-d guides/models/deepseek-v4/README.md at a7922edc, "Configure the environment").
-GUIDE_NAMES = {"kimi-k3.1-pro": "kimi-k3-1", "wide-ep-deepseek-v4": "deepseek-v4"}
+# llm-d/llm-d guides/models/deepseek-v4/README.md at a7922edc; P/D: guides/pd-disaggregation/README.md,
+# "Configure the environment").
+GUIDE_NAMES = {
+    "kimi-k3.1-pro": "kimi-k3-1",
+    "wide-ep-deepseek-v4": "deepseek-v4",
+    "pd-disaggregation-gpu-vllm": "pd-disaggregation",
+    "pd-disaggregation-gpu-sglang": "pd-disaggregation",
+}
 VERIFY = sorted(p.parent for p in ROOT.glob("deploy/*/verify/kustomization.yaml"))
 
 
@@ -53,11 +60,13 @@ def test_the_manifests_are_valid_and_ask_the_guides_router_for_the_served_model(
     spec = check["spec"]["template"]["spec"]
     assert spec["restartPolicy"] == "Never" and check["spec"]["backoffLimit"] == 0
     assert check["spec"]["activeDeadlineSeconds"] > 0  # a router that never answers fails the Job
-    env = container_env(spec["containers"][0])
-    assert env == {
+    expected = {
         "IP": f"{GUIDE_NAMES[directory.parent.name]}-epp",
         "MODEL": served_model(directory.parent.name),
     }
+    for doc in docs(directory):
+        if doc["kind"] == "Job" and doc["metadata"]["name"] != "inference-perf":  # the guides' curl Jobs
+            assert container_env(doc["spec"]["template"]["spec"]["containers"][0]) == expected
 
 
 def test_the_kimi_benchmark_targets_the_router_and_fills_the_decode_pool() -> None:
@@ -81,6 +90,25 @@ def test_the_kimi_benchmark_targets_the_router_and_fills_the_decode_pool() -> No
     assert spec["containers"][0]["args"] == ["--config_file", "/etc/config/config.yaml"]
 
 
+def run_script(
+    container: dict[str, Any], directory: Path, answer: str
+) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+    """The container's command with its env, `curl` replaced by a recorder that appends its argv to a
+    file and runs `answer` (sh): what it printed, and every argument curl was given."""
+    directory.mkdir(exist_ok=True)
+    calls = directory / "calls"
+    calls.touch()
+    curl = directory / "curl"
+    curl.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" >> "{calls}"\n{answer}\n')
+    curl.chmod(curl.stat().st_mode | stat.S_IXUSR)
+    done = subprocess.run(
+        [*container["command"], *container["args"]],
+        env={**container_env(container), "PATH": f"{directory}:{os.environ['PATH']}"},
+        capture_output=True, text=True, timeout=30, check=False,
+    )  # fmt: skip
+    return done, calls.read_text().splitlines()
+
+
 ANSWER = '{"id":"cmpl-1","object":"text_completion","model":"%s","choices":[{"index":0,"text":" Hello"}]}'
 
 
@@ -100,15 +128,21 @@ def test_the_serve_check_passes_only_on_the_served_model_with_tokens(
     container = job(ROOT / "deploy" / "kimi-k3.1-pro" / "verify", "serve-check")["spec"]["template"]["spec"][
         "containers"
     ][0]
-    curl = tmp_path / "curl"
-    curl.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > "{tmp_path}/argv"\nprintf \'%s\' \'{answer}\'\n')
-    curl.chmod(curl.stat().st_mode | stat.S_IXUSR)
-    done = subprocess.run(
-        [*container["command"], *container["args"]],
-        env={**container_env(container), "PATH": f"{tmp_path}:{os.environ['PATH']}"},
-        capture_output=True, text=True, timeout=30, check=False,
-    )  # fmt: skip
+    done, argv = run_script(container, tmp_path, f"printf '%s' '{answer}'")
     assert done.returncode == code, done.stdout + done.stderr
     assert ("OK: moonshotai/Kimi-K3.1-Pro served through the router" in done.stdout) == (code == 0)
-    argv = (tmp_path / "argv").read_text().splitlines()
     assert "http://kimi-k3-1-epp/v1/completions" in argv
+
+
+def test_the_pd_requests_send_five_long_prompts_through_the_router(tmp_path: Path) -> None:
+    """The P/D guide's step: 5 completions of the served model, each with the ~1k-token prompt (60
+    sentences), through pd-disaggregation-epp; the script itself does not judge the answers."""
+    for engine in ("vllm", "sglang"):
+        directory = ROOT / "deploy" / f"pd-disaggregation-gpu-{engine}" / "verify"
+        container = job(directory, "pd-test")["spec"]["template"]["spec"]["containers"][0]
+        done, argv = run_script(container, tmp_path / engine, 'echo "request: HTTP 200"')
+        assert done.returncode == 0, done.stderr
+        assert argv.count("http://pd-disaggregation-epp/v1/completions") == 5
+        bodies = [json.loads(a) for a in argv if a.startswith("{")]
+        assert [b["model"] for b in bodies] == ["openai/gpt-oss-120b"] * 5
+        assert all(b["prompt"].count("The prefill pod computes") == 60 for b in bodies)
