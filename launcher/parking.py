@@ -29,6 +29,7 @@ from launcher.contract.exits import BAD_INPUT, signal_name
 from launcher.contract.log import Log
 from launcher.supervise.outcome import Outcome
 from launcher.supervise.supervisor import SignalReceived
+from roles.engines.service_links import ENGINE_ENV_PREFIXES
 
 if TYPE_CHECKING:
     from launcher.supervise.supervisor import Event
@@ -40,7 +41,8 @@ LWS_ENV = ("LWS_LEADER_ADDRESS", "LWS_GROUP_SIZE", "LWS_WORKER_INDEX")  # LWS in
 # Which problems heal in place, by the setting a Problem names; one declaration per class.
 # What the container was started with changes only with a new pod (a rollout): its env, and what
 # preflight finds of its capabilities, rlimits, memory limit, devices, image and PID namespace.
-_ENV_NAME = re.compile(r"(LLMD|LWS|POD|TPU|NODE)_[A-Z0-9_]+")
+_ENV_PREFIXES = ("LLMD", "LWS", "POD", "TPU", "NODE", *ENGINE_ENV_PREFIXES)
+_ENV_NAME = re.compile(rf"({'|'.join(_ENV_PREFIXES)})_[A-Z0-9_]+")
 _STARTED_WITH = (
     "CAP_IPC_LOCK",  # the effective set is fixed at exec (kubernetes/kubernetes#56374)
     "RLIMIT_MEMLOCK",  # set by the runtime at the container's start

@@ -12,7 +12,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from launcher.config.recipe import VllmPool, as_engine_int
+from launcher.config.recipe import VllmPool, as_engine_int, names_nixl, transfer_connectors
 from launcher.contract.errors import ConfigError
 from launcher.contract.phases import CAPTURING_GRAPHS, INITIALIZING, LOADING_WEIGHTS, STARTING_SERVER
 from launcher.contract.plan import (
@@ -31,6 +31,7 @@ from launcher.contract.plan import (
     RdmaNeed,
     RoleKind,
     StoreMaster,
+    TcpCheck,
 )
 from roles import topology
 from roles.args import Arg, arg, args_from, flag_key, flatten, to_json
@@ -130,6 +131,14 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
         )
     owned = {**_OWNED, **_KV_PEER_OWNED} if peer else _OWNED
     argv, notes = ctx.command([*SERVE, model.path], args, owned, VLLM.catalog)
+    if pool.nixl is None and names_nixl(_transfer_configs(argv)):
+        raise ConfigError.one(
+            "LLMD_EXTRA_ARGS",
+            f"runs a NIXL connector (--kv-transfer-config) in pool {ctx.pool_name}, whose recipe does not: "
+            "vLLM would advertise localhost as its NIXL side channel, unreachable from other pods",
+            "put the --kv-transfer-config in the pool's args in the recipe; the launcher then gives "
+            "the side channel the pod's IP and a port per rank (the pool's `nixl:` section)",
+        )
 
     generated_env: dict[str, str] = {}
     files: list[FileSpec] = []
@@ -351,6 +360,10 @@ def _disagg_sidecar(pool: VllmPool, ctx: BuildContext) -> ProcessSpec:
         "model-server-port": pool.port,
         "data-parallel-size": local,
         "kv-connector": sidecar.kv_connector,
+        # TLS is on by default upstream (llm-d/llm-d-router pkg/sidecar/proxy/options.go: SecureServing
+        # true; --secure-proxy its deprecated alias, the only name in llm-d-routing-sidecar v0.3.0), so it
+        # is always said: a sidecar serving TLS to a plain-HTTP check never becomes ready.
+        "secure-proxy": sidecar.tls,
         **sidecar.args,
     }
     # Go's flag package needs --flag=value for booleans; use that form for every flag.
@@ -366,7 +379,7 @@ def _disagg_sidecar(pool: VllmPool, ctx: BuildContext) -> ProcessSpec:
                 ctx.role.dp_ranks or range(1), topology.local_rank_ports(sidecar.port, local), strict=True
             )
         ),
-        health=HttpCheck(sidecar.port, "/health"),
+        health=TcpCheck("127.0.0.1", sidecar.port) if sidecar.tls else HttpCheck(sidecar.port, "/health"),
     )
 
 
@@ -410,7 +423,7 @@ def rdma_use(pool: VllmPool, where: str) -> RdmaNeed | None:
             "to tcp",
         )
     transfer = pool.args.get("kv-transfer-config", pool.args.get("kv_transfer_config"))
-    for connector in _connector_configs(transfer):
+    for connector in transfer_connectors(transfer):
         extra = connector.get("kv_connector_extra_config") or {}
         if connector.get("kv_connector") == "MooncakeConnector" and (
             not isinstance(extra, dict) or extra.get("mooncake_protocol", "rdma") == "rdma"
@@ -431,13 +444,14 @@ def rdma_use(pool: VllmPool, where: str) -> RdmaNeed | None:
     )
 
 
-def _connector_configs(config: object) -> list[Mapping[str, Any]]:
-    """A --kv-transfer-config and, for a MultiConnector, each of its children."""
-    if not isinstance(config, dict):
-        return []
-    extra = config.get("kv_connector_extra_config")
-    children = extra.get("connectors", []) if isinstance(extra, dict) else []
-    return [config, *(c for child in children or [] for c in _connector_configs(child))]
+def _transfer_configs(argv: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """The --kv-transfer-config values of an argv, as args (the last one wins, as in argparse)."""
+    found = {}
+    for i, token in enumerate(argv):
+        if flag_key(token) == "kv-transfer-config":
+            value = token.split("=", 1)[1] if "=" in token else (argv[i + 1] if i + 1 < len(argv) else "")
+            found["kv-transfer-config"] = value
+    return found
 
 
 def store_master(pool: VllmPool, where: str) -> StoreMaster | None:
