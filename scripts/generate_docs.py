@@ -186,7 +186,7 @@ def _manifest_graces() -> dict[int, list[str]]:
     import yaml
 
     found: dict[int, list[str]] = {}
-    for path in sorted((ROOT / "deploy" / "kimi-k3.1-pro").glob("*.yaml")):
+    for path in sorted((ROOT / "deploy" / "kimi-k3.1-pro").rglob("*.yaml")):  # tpu/ too
         for doc in yaml.safe_load_all(path.read_text(encoding="utf-8")):
             if not isinstance(doc, dict):
                 continue

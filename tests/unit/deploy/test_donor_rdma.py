@@ -40,7 +40,9 @@ def donor_and_claims(
     requests = []
     for claim in container.get("resources", {}).get("claims", []):
         template = templates[by_name[claim["name"]]]  # a claim the rendering does not hold: KeyError
-        requests += template["spec"]["spec"]["devices"]["requests"]
+        requests += [
+            r["exactly"] for r in template["spec"]["spec"]["devices"]["requests"]
+        ]  # resource.k8s.io/v1
     return spec, container, requests
 
 

@@ -37,16 +37,21 @@ CRD = FIXTURES / "leaderworkerset.x-k8s.io_leaderworkersets.yaml"
 COMPUTE_DOMAIN_CRD = FIXTURES / "resource.nvidia.com_computedomains.yaml"
 POD_MONITOR_CRD = FIXTURES / "monitoring.coreos.com_podmonitors.yaml"
 PROMETHEUS_RULE_CRD = FIXTURES / "monitoring.coreos.com_prometheusrules.yaml"
+DISAGGREGATED_SET_CRD = FIXTURES / "disaggregatedset.x-k8s.io_disaggregatedsets.yaml"
 COMPONENTS = ROOT / "deploy" / "components"
 NAMESPACE = "llm-d-kimi-k3-1"  # the guide's
 GUIDE = FIXTURES / "kimi-k3.1-pro-guide.md"
 BASE = ROOT / "deploy" / "kimi-k3.1-pro"
+TPU = BASE / "tpu"  # the TPU pool's own kustomization (the guide's modelserver/tpu/sglang/)
 OVERLAY = ROOT / "deploy" / "overlays" / "gke-a4x-max"
-PLAIN = [BASE / "tpu.yaml"]  # applied with `kubectl apply -f`, outside the GPU base
 K8S_VERSION = "1.33"
+# DRA objects (ResourceClaimTemplate) as resource.k8s.io/v1, GA in 1.34: GKE A4X Max needs 1.34.3 or later
+# (NVIDIA AICR docs/integrator/gke-a4x-max-networking.md, after GKE's A4X Max guide).
+DRA_K8S_VERSION = "1.34"
 # What the downward API and LWS give each pod (the addresses are examples).
 DOWNWARD = {"status.podIP": "10.64.0.10", "metadata.name": "pod-0", "metadata.namespace": "llm-d-kimi-k3-1",
-            "spec.nodeName": "node-a"}  # fmt: skip
+            "spec.nodeName": "node-a",
+            "metadata.labels['leaderworkerset.sigs.k8s.io/name']": "kimi-k3-1-gpu-vllm-decode"}  # fmt: skip
 
 
 def kustomize(directory: Path) -> str:
@@ -71,10 +76,14 @@ def with_components(base: Path, components: tuple[str, ...]) -> str:
         return kustomize(here)
 
 
+LAST = "disaggregated-set"  # it moves the LeaderWorkerSets into a DisaggregatedSet: after their patches
+
+
 def optional_components(base: Path) -> list[str]:
-    """Every component the base does not already include."""
+    """Every component the base does not already include, in the order a kustomization lists them."""
     included = yaml.safe_load((base / "kustomization.yaml").read_text()).get("components", [])
-    return sorted(c.name for c in COMPONENTS.iterdir() if not any(i.endswith(c.name) for i in included))
+    names = [c.name for c in COMPONENTS.iterdir() if not any(i.endswith(c.name) for i in included)]
+    return sorted(names, key=lambda name: (name == LAST, name))
 
 
 def combinations() -> list[tuple[Path, tuple[str, ...]]]:
@@ -85,10 +94,9 @@ def combinations() -> list[tuple[Path, tuple[str, ...]]]:
 
 
 def documents() -> list[tuple[str, dict[str, Any]]]:
-    sources = [(f"{d.relative_to(ROOT)} (kustomize)", kustomize(d)) for d in (BASE, OVERLAY)]
+    sources = [(f"{d.relative_to(ROOT)} (kustomize)", kustomize(d)) for d in (BASE, TPU, OVERLAY)]
     sources += [(f"{base.relative_to(ROOT)} + {'+'.join(c)} (kustomize)", with_components(base, c))
                 for base, c in combinations() if c]  # fmt: skip
-    sources += [(str(path.relative_to(ROOT)), path.read_text()) for path in PLAIN]
     return [
         (f"{source}#{doc['kind']}/{doc['metadata']['name']}", doc)
         for source, text in sources
@@ -135,23 +143,46 @@ def crd_validator(path: Path, version: str) -> jsonschema.protocols.Validator:
     return jsonschema.Draft7Validator(strict(schema))
 
 
+def disaggregated_set_rules(doc: dict[str, Any]) -> list[str]:
+    """What the API server checks of a DisaggregatedSet beyond its OpenAPI schema: the CRD's CEL rule
+    (replicas zero for every static role or for none) and `name` as the roles' list-map key."""
+    roles = doc.get("spec", {}).get("roles", [])
+    static = [r for r in roles if r.get("scaling", {}).get("mode", "Static") != "External"]
+    replicas = [r.get("spec", {}).get("replicas", 0) for r in static]
+    errors = []
+    if not (all(n == 0 for n in replicas) or all(n > 0 for n in replicas)):
+        errors.append("replicas must be zero for all non-External roles or non-zero for all")
+    names = [r.get("name") for r in roles]
+    if len(names) != len(set(names)):
+        errors.append(f"duplicate role names {names}")
+    return errors
+
+
 def validate(doc: dict[str, Any]) -> list[str]:
     validator = None
+    extra: list[str] = []
     if doc["kind"] == "LeaderWorkerSet":
         assert doc["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
         validator = lws_validator()
     elif doc["kind"] == "ComputeDomain":
         assert doc["apiVersion"] == "resource.nvidia.com/v1beta1"
         validator = crd_validator(COMPUTE_DOMAIN_CRD, "v1beta1")
+    elif doc["kind"] == "DisaggregatedSet":
+        assert doc["apiVersion"] == "disaggregatedset.x-k8s.io/v1"
+        validator = crd_validator(DISAGGREGATED_SET_CRD, "v1")
+        extra = disaggregated_set_rules(doc)
     elif doc["kind"] in ("PodMonitor", "PrometheusRule"):
         assert doc["apiVersion"] == "monitoring.coreos.com/v1"
         validator = crd_validator(
             POD_MONITOR_CRD if doc["kind"] == "PodMonitor" else PROMETHEUS_RULE_CRD, "v1"
         )
     if validator is not None:
-        return [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)]
+        return [
+            f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)
+        ] + extra
     try:
-        kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+        version = DRA_K8S_VERSION if doc["apiVersion"].startswith("resource.k8s.io/") else K8S_VERSION
+        kubernetes_validate.validate(doc, version, strict=True)
     except kubernetes_validate.ValidationError as exc:
         return [str(exc.message)]
     return []
@@ -189,15 +220,16 @@ def container_env(container: dict[str, Any]) -> dict[str, str]:
 HASHED = re.compile(r"^(?P<name>.+)-[a-z0-9]{10}$")  # a generated ConfigMap's name once rendered
 
 
-def recipe_generators() -> dict[str, Path]:
-    """ConfigMap name -> the repository file each recipe configMapGenerator of deploy/ makes it from
+def recipe_generators() -> dict[str, tuple[str, Path]]:
+    """ConfigMap name -> (its key, the repository file) of each recipe configMapGenerator of deploy/
     (the dashboard's is JSON)."""
     generators = {}
     for path in ROOT.glob("deploy/**/kustomization.yaml"):
         for generator in yaml.safe_load(path.read_text()).get("configMapGenerator", []):
             (file,) = generator["files"]
-            if file.endswith(".yaml"):
-                generators[generator["name"]] = path.parent / file
+            key, _, source = file.rpartition("=") if "=" in file else (file, "", file)
+            if source.endswith(".yaml"):
+                generators[generator["name"]] = (key, path.parent / source)
     return generators
 
 
@@ -211,8 +243,8 @@ def mounted_recipe(spec: dict[str, Any], container: dict[str, Any]) -> Path | No
     (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
     name = volume["configMap"]["name"]
     generated = HASHED.match(name)
-    source = recipe_generators()[generated["name"] if generated else name]
-    assert source.name == os.path.basename(path), (source, path)
+    key, source = recipe_generators()[generated["name"] if generated else name]
+    assert key == os.path.basename(path), (key, path)
     return source
 
 
@@ -259,8 +291,13 @@ def test_the_validators_catch_mistakes() -> None:
     domain["spec"]["numNodes"] = "ten"
     assert any("'ten' is not of type 'integer'" in e for e in validate(domain))
     claim = copy.deepcopy(next(doc for _, doc in DOCS if doc["kind"] == "ResourceClaimTemplate"))
-    claim["spec"]["spec"]["devices"]["requests"][0]["countt"] = 8
+    claim["spec"]["spec"]["devices"]["requests"][0]["exactly"]["countt"] = 8
     assert validate(claim)
+    beta_shape = copy.deepcopy(next(doc for _, doc in DOCS if doc["kind"] == "ResourceClaimTemplate"))
+    beta_shape["spec"]["spec"]["devices"]["requests"][0] |= beta_shape["spec"]["spec"]["devices"]["requests"][
+        0
+    ].pop("exactly")
+    assert validate(beta_shape)  # v1beta1's request shape is not v1's
 
 
 @pytest.mark.parametrize(("name", "doc"), WORKLOADS, ids=[name for name, _ in WORKLOADS])
@@ -269,7 +306,7 @@ def test_every_pod_plans_without_error(name: str, doc: dict[str, Any], run_cli: 
     env = pod_env(pod_spec(doc), container)
     if doc["kind"] == "LeaderWorkerSet":
         size = doc["spec"]["leaderWorkerTemplate"]["size"]
-        namespace = doc["metadata"].get("namespace", NAMESPACE)  # tpu.yaml: `kubectl apply -n NS -f`
+        namespace = doc["metadata"]["namespace"]
         leader = f"{doc['metadata']['name']}-0.{doc['metadata']['name']}.{namespace}"
         env |= {"LWS_LEADER_ADDRESS": leader, "LWS_GROUP_SIZE": str(size), "LWS_WORKER_INDEX": "0"}
         code, out, err = run_cli("plan", "--group", "--format", "json", env=env)
@@ -322,11 +359,11 @@ def test_the_startup_probe_outlasts_the_launchers_own_deadline(name: str, doc: d
 
 
 @pytest.mark.parametrize(
-    ("file", "pool"), [("prefill.yaml", "prefill"), ("decode.yaml", "decode"), ("tpu.yaml", "tpu")]
+    ("file", "pool"), [("prefill.yaml", "prefill"), ("decode.yaml", "decode"), ("tpu/tpu.yaml", "tpu")]
 )
 def test_groups_match_the_recipe(file: str, pool: str, run_cli: Any) -> None:
     """replicas and size come from the recipe; the leader pod's container declares every port it uses."""
-    doc = yaml.safe_load((ROOT / "deploy" / "kimi-k3.1-pro" / file).read_text())
+    doc = yaml.safe_load((BASE / file).read_text())
     recipe_pool = load_recipe(RecipeSource("kimi-k3.1-pro", None)).pools[pool]
     assert isinstance(recipe_pool, (VllmPool, SglangPool))
     assert doc["spec"]["replicas"] == recipe_pool.replicas
@@ -420,7 +457,9 @@ def test_the_overlay_claims_the_compute_domain_and_nics_on_every_gpu_pod() -> No
     nics = overlay[("ResourceClaimTemplate", "kimi-k3-1-gpu-vllm-rdma-nic")]["spec"]["spec"]["devices"][
         "requests"
     ]
-    assert [(r["deviceClassName"], r["count"]) for r in nics] == [("mrdma.google.com", 8)]
+    assert [(r["exactly"]["deviceClassName"], r["exactly"]["count"]) for r in nics] == [
+        ("mrdma.google.com", 8)
+    ]
     for pool in ("prefill", "decode"):
         for template in pod_templates(overlay[("LeaderWorkerSet", f"kimi-k3-1-gpu-vllm-{pool}")]):
             spec = template["spec"]
@@ -450,30 +489,31 @@ def test_memory_holds_the_store_and_the_engine(name: str, doc: dict[str, Any]) -
 
 
 def test_the_namespace_and_images_are_the_kustomizations() -> None:
-    """No object names its namespace (so `kubectl apply -n other -k` works); the kustomizations set
-    it and pin the images."""
+    """No object names its namespace (a kustomization of your own sets another: test_launcher_pods.py);
+    the kustomizations set it and pin the images."""
     for path in ROOT.glob("deploy/**/*.yaml"):
         for doc in (d for d in yaml.safe_load_all(path.read_text()) if isinstance(d, dict)):
             if doc.get("kind") not in ("Kustomization", "Component"):
                 assert "namespace" not in doc.get("metadata", {}), path
-    for directory in (BASE, OVERLAY):
-        assert yaml.safe_load((directory / "kustomization.yaml").read_text())["namespace"] == NAMESPACE
-    images = {i["name"] for i in yaml.safe_load((BASE / "kustomization.yaml").read_text())["images"]}
+    images = set()
+    for directory in (BASE, TPU, OVERLAY):
+        kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+        assert kustomization["namespace"] == NAMESPACE
+        images |= {i["name"] for i in kustomization.get("images", [])}
     used = {c["image"].split(":")[0] for _, doc in WORKLOADS for t in pod_templates(doc)
             for c in t["spec"]["containers"]}  # fmt: skip
-    assert used - images == {"ghcr.io/llm-d/llm-d-launcher-sglang-tpu"}  # tpu.yaml is applied with -f
+    assert used <= images
 
 
 def test_every_combination_of_components_renders() -> None:
     rendered = {name.split("#")[0] for name, _ in DOCS}
-    assert (
-        len(combinations()) == 2**3 + 2**2
-    )  # base: donors, gke-mnnvl, monitoring; overlay: donors, monitoring
-    assert len(rendered) == len(combinations()) + len(PLAIN)
+    # base: disaggregated-set, donors, gke-mnnvl, monitoring; overlay: disaggregated-set, donors, monitoring
+    assert len(combinations()) == 2**4 + 2**3
+    assert len(rendered) == len(combinations()) + 1  # + tpu/
 
 
 def test_tpu_groups_are_pinned_to_one_slice_each() -> None:
-    tpu = yaml.safe_load((BASE / "tpu.yaml").read_text())
+    tpu = yaml.safe_load((TPU / "tpu.yaml").read_text())
     assert tpu["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/exclusive-topology"] == (
         "cloud.google.com/gke-nodepool"
     )
@@ -512,6 +552,25 @@ def test_the_router_and_the_pod_monitor_select_the_right_pods() -> None:
             assert (labels.get("llm-d.ai/guide") == "kimi-k3-1") == serving
 
 
+# What GKE's and NVIDIA's A4X Max docs require of a pod's placement (NVIDIA AICR
+# docs/integrator/gke-a4x-max-networking.md, after GKE's "Create an AI-optimized GKE cluster that uses A4X
+# Max"): the accelerator network profile's label, arm64 (Grace); and GKE's GPU-type label.
+A4X_MAX_NODES = {"gke.networks.io/accelerator-network-profile": "auto", "kubernetes.io/arch": "arm64",
+                 "cloud.google.com/gke-accelerator": "nvidia-gb300"}  # fmt: skip
+
+
+def test_the_overlay_puts_every_gpu_pod_on_the_a4x_max_pool_and_claims_whole_nodes() -> None:
+    """Every prefill and decode pod of the overlay selects the pool's labels, and takes the whole node:
+    4 GPUs and all 8 RDMA NICs (RDMA cannot be shared between pods of one A4X Max node)."""
+    for name, doc in DOCS:
+        if not name.startswith(str(OVERLAY.relative_to(ROOT))) or doc["kind"] != "LeaderWorkerSet":
+            continue
+        for template in pod_templates(doc):
+            spec = template["spec"]
+            assert spec["nodeSelector"] == A4X_MAX_NODES, name
+            assert spec["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "4"
+
+
 def test_the_mnnvl_component_gives_every_gpu_pod_host_ipc_pid_and_the_env() -> None:
     overlay = {(d["kind"], d["metadata"]["name"]): d for n, d in DOCS if n.startswith("deploy/overlays")}
     for pool in ("prefill", "decode"):
@@ -526,7 +585,7 @@ def test_the_mnnvl_component_gives_every_gpu_pod_host_ipc_pid_and_the_env() -> N
 @pytest.mark.parametrize(("name", "doc"), WORKLOADS, ids=[name for name, _ in WORKLOADS])
 def test_every_pod_reads_the_recipe_from_a_generated_config_map(name: str, doc: dict[str, Any]) -> None:
     """LLMD_RECIPE_FILE is a mounted ConfigMap of the same rendering whose name carries the content
-    hash, holding its configMapGenerator's file (tpu.yaml, applied with -f, keeps the built-in)."""
+    hash, holding its configMapGenerator's file: a recipe of the pod's own pool alone."""
     source = name.split("#")[0]
     config_maps = {
         d["metadata"]["name"]: d for n, d in DOCS if n.startswith(source + "#") and d["kind"] == "ConfigMap"
@@ -535,46 +594,13 @@ def test_every_pod_reads_the_recipe_from_a_generated_config_map(name: str, doc: 
         spec = template["spec"]
         (container,) = spec["containers"]
         recipe = mounted_recipe(spec, container)
-        if source in {str(p.relative_to(ROOT)) for p in PLAIN}:
-            assert recipe is None and container_env(container)["LLMD_RECIPE"] == "kimi-k3.1-pro"
-            continue
-        assert recipe is not None
+        assert recipe is not None, "reads a built-in recipe: an edit in deploy/ would never reach it"
         (volume,) = [v for v in spec["volumes"] if "configMap" in v]
         mounted = volume["configMap"]["name"]
         assert HASHED.match(mounted), f"{mounted}: no hash suffix, a recipe change would not roll the pods"
-        assert config_maps[mounted]["data"] == {recipe.name: recipe.read_text()}
-
-
-def test_the_mounted_recipes_are_the_built_in_one(run_cli: Any) -> None:
-    """deploy/ ships the built-in recipe as the ConfigMap's file; regenerate each with
-    `llm-d-launcher recipes show kimi-k3.1-pro > FILE`."""
-    code, built_in, err = run_cli("recipes", "show", "kimi-k3.1-pro")
-    assert code == 0, err
-    files = recipe_generators().values()
-    assert len(files) == 2  # the base's, and the donors' component's own copy
-    for path in files:
-        assert path.read_text() == built_in, f"{path.relative_to(ROOT)} differs from the built-in recipe"
-
-
-def test_a_recipe_change_rolls_every_group(tmp_path: Path) -> None:
-    """The generated name follows the content, and every workload's pod template names it: a change
-    to recipe.yaml is a new template, so LWS recreates the groups with the new recipe."""
-    copy_root = tmp_path / "deploy"
-    shutil.copytree(ROOT / "deploy", copy_root)
-
-    def mounted_names(directory: Path) -> set[str]:
-        names = set()
-        for doc in (d for d in yaml.safe_load_all(kustomize(directory)) if d and d["kind"] in POD_KINDS):
-            for template in pod_templates(doc):
-                names |= {v["configMap"]["name"] for v in template["spec"]["volumes"] if "configMap" in v}
-        return names
-
-    base = copy_root / "kimi-k3.1-pro"
-    before = mounted_names(base)
-    with open(base / "recipe.yaml", "a", encoding="utf-8") as recipe:
-        recipe.write("# changed\n")
-    after = mounted_names(base)
-    assert len(before) == len(after) == 1 and before != after
+        assert config_maps[mounted]["data"] == {"recipe.yaml": recipe.read_text()}
+        pools = yaml.safe_load(recipe.read_text())["pools"]
+        assert list(pools) == [container_env(container)["LLMD_POOL"]]
 
 
 def test_the_readme_lists_what_is_unverified_for_every_part_of_deploy() -> None:

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from healthchecks.metrics import METRICS
-from tests.unit.repo.markdown import anchors
+from tests.unit.repo.markdown import anchors, slug, split_fences
 
 ROOT = Path(__file__).resolve().parents[3]
 MONITORING = ROOT / "deploy" / "components" / "monitoring"
@@ -79,8 +79,10 @@ class Case:
     series: dict[str, str]  # series selector -> values
     fires_at: str
     quiet_at: str
-    labels: dict[str, str]
+    labels: dict[str, str]  # over POD's (a launcher's alert), or exactly these (fleet=True)
     also: tuple[dict[str, str], ...] = ()  # more pods it fires on at fires_at: their labels over POD's
+    value: float = 1.0  # the alert's value at fires_at, for a description that prints it
+    fleet: bool = False  # from kube-state-metrics and targets: no launcher's POD labels
 
 
 def _s(name: str, **labels: str) -> str:
@@ -88,30 +90,62 @@ def _s(name: str, **labels: str) -> str:
     return f"{name}{{{inner}}}"
 
 
+def _k(name: str, **labels: str) -> str:
+    """A series of kube-state-metrics (or a target's `up`): its own labels, not a launcher's."""
+    inner = ", ".join(f'{k}="{v}"' for k, v in {"namespace": POD["namespace"], **labels}.items())
+    return f"{name}{{{inner}}}"
+
+
+DECODE = "kimi-k3-1-gpu-vllm-decode"
+PREFILL = "kimi-k3-1-gpu-vllm-prefill"
+KSM = {"job": "kube-state-metrics", "instance": "10.0.9.9:8080"}
+
+
+def _target(lws: str, group: int, index: int, ip: str) -> dict[str, str]:
+    """A launcher target as the PodMonitor labels it (podTargetLabels, endpoint = the port name)."""
+    pod = f"{lws}-{group}" + (f"-{index}" if index else "")
+    return {"endpoint": "probes", "instance": f"{ip}:8090", "pod": pod,
+            "leaderworkerset_sigs_k8s_io_name": lws, "leaderworkerset_sigs_k8s_io_group_index": str(group),
+            "leaderworkerset_sigs_k8s_io_worker_index": str(index)}  # fmt: skip
+
+
+def _created(lws: str, group: int, uid: str, created: int, values: str) -> dict[str, str]:
+    """kube-state-metrics' kube_pod_created and kube_pod_labels of one incarnation (uid) of a leader."""
+    pod = f"{lws}-{group}"
+    labels = {"label_leaderworkerset_sigs_k8s_io_name": lws, "label_leaderworkerset_sigs_k8s_io_group_index":
+              str(group), "label_leaderworkerset_sigs_k8s_io_worker_index": "0"}  # fmt: skip
+    return {
+        _k("kube_pod_created", pod=pod, uid=uid, **KSM): values.replace("V", str(created)),
+        _k("kube_pod_labels", pod=pod, uid=uid, **KSM, **labels): values.replace("V", "1"),
+    }
+
+
 CASES = {
-    "LlmdLauncherStalled": Case(
-        {_s("llmd_launcher_forward_stalled", source="engine"): "0 0 1 1"}, "3m", "1m", {"source": "engine"}
-    ),
     "LlmdLauncherParked": Case(
-        {_s("llmd_launcher_parked", setting="LLMD_RECIPE", heals="rollout"): "1x10"}, "6m", "4m", {}
+        {_s("llmd_launcher_parked", setting="LLMD_RECIPE", heals="rollout"): "1x10"},
+        "6m",
+        "4m",
+        {"setting": "LLMD_RECIPE", "heals": "rollout"},
     ),
     "LlmdLauncherRestarts": Case(
-        {_s("llmd_launcher_process_restarts_total", process="render"): "0 0 0 0 5 6"},
-        "5m",
-        "2m",
+        {_s("llmd_launcher_process_restarts_total", process="render"): "0 0 0 0 5 6x15"},
+        "10m",
+        "6m",
         {"process": "render"},
+        value=6,
     ),
-    "LlmdLauncherPeerLost": Case(
-        {_s("llmd_launcher_peer_lost", peer="worker 1"): "0 0 1"}, "2m", "1m", {"peer": "worker 1"}
-    ),
+    # One lost batch pages no one; losses every few minutes for 15 minutes do.
     "LlmdLauncherKvEventsLost": Case(
-        {_s("llmd_launcher_kv_event_batches_lost_total", rank="0"): "0 0 0 2 2"}, "4m", "2m", {"rank": "0"}
+        {_s("llmd_launcher_kv_event_batches_lost_total", rank="0"): "0 0 0 2+2x30"},
+        "19m",
+        "10m",
+        {"rank": "0"},
     ),
     "LlmdLauncherKvEventsSilent": Case(
-        {_s("llmd_launcher_kv_event_silent", rank="0"): "1x10"}, "6m", "3m", {"rank": "0"}
+        {_s("llmd_launcher_kv_event_silent", rank="0"): "1x20"}, "11m", "9m", {"rank": "0"}
     ),
     "LlmdLauncherBlockSizeMismatch": Case(
-        {_s("llmd_launcher_kv_event_block_size_mismatch", rank="0"): "0 1 1"}, "2m", "0m", {"rank": "0"}
+        {_s("llmd_launcher_kv_event_block_size_mismatch", rank="0"): "0 1x10"}, "7m", "5m", {"rank": "0"}
     ),
     "LlmdLauncherStoreMasterRestarted": Case(
         {_s("llmd_launcher_store_master_restarts_total", master="mooncake-master:8700"): "0 0 0 1 1"},
@@ -123,7 +157,7 @@ CASES = {
     # known to be the wrong one); pods of another model, or of this one in another namespace, do not.
     "LlmdLauncherKvIdentityMismatch": Case(
         {
-            _s("llmd_launcher_kv_cache_identity", model="/m", block_size="64", hash_seed="a1"): "1x10",
+            _s("llmd_launcher_kv_cache_identity", model="/m", block_size="64", hash_seed="a1"): "1x30",
             _s(
                 "llmd_launcher_kv_cache_identity",
                 instance="10.0.0.2:8090",
@@ -131,7 +165,7 @@ CASES = {
                 model="/m",
                 block_size="64",
                 hash_seed="b2",
-            ): "_ _ _ 1x10",
+            ): "_ _ _ 1x30",
             _s(
                 "llmd_launcher_kv_cache_identity",
                 instance="10.0.0.3:8090",
@@ -139,7 +173,7 @@ CASES = {
                 model="/o",
                 block_size="16",
                 hash_seed="c3",
-            ): "1x10",
+            ): "1x30",
             _s(  # the same model in another namespace (another deployment): not a KV peer
                 "llmd_launcher_kv_cache_identity",
                 instance="10.0.1.4:8090",
@@ -148,10 +182,10 @@ CASES = {
                 model="/m",
                 block_size="16",
                 hash_seed="d4",
-            ): "1x10",
+            ): "1x30",
         },
-        "4m",
-        "2m",
+        "19m",
+        "10m",
         {"model": "/m", "block_size": "64", "hash_seed": "a1"},
         also=(
             {
@@ -163,43 +197,118 @@ CASES = {
             },
         ),
     ),
-    # The deadline is at Unix time 1000 (test time starts at 0): 940 s left at 1m, 520 s at 8m. A
-    # second pod past start-up with the same deadline never fires.
+    # The deadline is at Unix time 1000 (test time starts at 0): 940 s left at 1m, under 600 s from
+    # 7m, firing a minute later. A second pod past start-up with the same deadline never fires.
     "LlmdLauncherStartupDeadlineNear": Case(
         {
-            _s("llmd_launcher_startup_deadline_timestamp_seconds"): "1000x10",
-            _s("llmd_launcher_startup_phase", phase="started"): "0x10",
-            _s("llmd_launcher_startup_phase", phase="stopping"): "0x10",
-            _s("llmd_launcher_startup_deadline_timestamp_seconds", instance="10.0.0.2:8090"): "1000x10",
-            _s("llmd_launcher_startup_phase", instance="10.0.0.2:8090", phase="started"): "1x10",
-            _s("llmd_launcher_startup_phase", instance="10.0.0.2:8090", phase="stopping"): "0x10",
+            _s("llmd_launcher_startup_deadline_timestamp_seconds"): "1000x15",
+            _s("llmd_launcher_startup_phase", phase="started"): "0x15",
+            _s("llmd_launcher_startup_phase", phase="stopping"): "0x15",
+            _s("llmd_launcher_startup_deadline_timestamp_seconds", instance="10.0.0.2:8090"): "1000x15",
+            _s("llmd_launcher_startup_phase", instance="10.0.0.2:8090", phase="started"): "1x15",
+            _s("llmd_launcher_startup_phase", instance="10.0.0.2:8090", phase="stopping"): "0x15",
         },
         "8m",
         "1m",
         {},
     ),
+    # The decode pool wants 1 group; its launchers answered for 10 minutes, then its pods went away
+    # (evicted, pending on a node, an image that does not start). The prefill pool answers throughout.
+    "LlmdLauncherPoolUnscraped": Case(
+        {
+            _k("kube_statefulset_replicas", statefulset=DECODE, **KSM): "1x60",
+            _k("kube_statefulset_replicas", statefulset=PREFILL, **KSM): "3x60",
+            _k("up", **_target(DECODE, 0, 0, "10.0.0.5")): "1x10 stale",
+            _k("up", **_target(DECODE, 0, 1, "10.0.0.6")): "1x10 stale",
+            _k("up", **_target(PREFILL, 0, 0, "10.0.0.7")): "1x60",
+        },
+        "30m",
+        "20m",
+        {"namespace": POD["namespace"], "statefulset": DECODE, "leaderworkerset": DECODE, **KSM},
+        fleet=True,
+    ),
+    # The master's pod went away at 10m (the donors, scraped throughout, do not fire); the engines'
+    # Deployment-less pools are not its business.
+    "LlmdLauncherStoreUnscraped": Case(
+        {
+            _k("kube_deployment_spec_replicas", deployment="mooncake-master", **KSM): "1x60",
+            _k("kube_daemonset_status_desired_number_scheduled", daemonset="mooncake-donor", **KSM): "2x60",
+            _k(
+                "up",
+                endpoint="probes",
+                instance="10.0.7.1:8090",
+                pod="mooncake-master-5d9c-x2",
+                app_kubernetes_io_name="mooncake-master",
+            ): "1x10 stale",
+            _k(
+                "up",
+                endpoint="probes",
+                instance="10.0.7.2:8090",
+                pod="mooncake-donor-a1",
+                app_kubernetes_io_name="mooncake-donor",
+            ): "1x60",
+        },
+        "30m",
+        "20m",
+        {
+            "namespace": POD["namespace"],
+            "deployment": "mooncake-master",
+            "workload": "mooncake-master",
+            **KSM,
+        },
+        fleet=True,
+    ),
+    # Group 0's leader created 5 times in 50 minutes (every 10 minutes a new uid): from the fourth
+    # creation (30m) the count is over 3, firing 5 minutes later. Group 1, created once, never fires.
+    "LlmdLauncherGroupRecreateLoop": Case(
+        {
+            **_created(DECODE, 0, "u1", 0, "Vx9 stale"),
+            **_created(DECODE, 0, "u2", 600, "_x10 Vx9 stale"),
+            **_created(DECODE, 0, "u3", 1200, "_x20 Vx9 stale"),
+            **_created(DECODE, 0, "u4", 1800, "_x30 Vx9 stale"),
+            **_created(DECODE, 0, "u5", 2400, "_x40 Vx20"),
+            **_created(DECODE, 1, "v1", 0, "Vx60"),
+        },
+        "45m",
+        "25m",
+        {"namespace": POD["namespace"], "leaderworkerset": DECODE, "group": "0"},
+        value=5,
+        fleet=True,
+    ),
 }
+
+TEMPLATE = re.compile(r"\{\{ \$(labels\.(\w+)|value \| printf \"%\.0f\") \}\}")
+
+
+def rendered(text: str, labels: dict[str, str], value: float) -> str:
+    """An annotation as Prometheus renders it, for the templates the rules use."""
+    return TEMPLATE.sub(lambda m: labels[m[2]] if m[2] else f"{value:.0f}", text)
 
 
 def test_every_alert_has_a_promtool_case() -> None:
     assert sorted(CASES) == sorted(rule["alert"] for rule in rules())
 
 
+def _expected(rule: dict[str, Any], labels: dict[str, str], value: float) -> dict[str, Any]:
+    return {
+        "exp_labels": {**labels, **rule["labels"]},
+        "exp_annotations": {k: rendered(v, labels, value) for k, v in rule["annotations"].items()},
+    }
+
+
 def promtool_tests() -> dict[str, Any]:
     tests = []
     for rule in rules():
         case = CASES[rule["alert"]]
-        fired = {
-            "exp_labels": {**POD, **rule["labels"], **case.labels},
-            "exp_annotations": rule["annotations"],
-        }
-        others = [{**fired, "exp_labels": {**fired["exp_labels"], **more}} for more in case.also]
+        labels = case.labels if case.fleet else {**POD, **case.labels}
+        fired = [_expected(rule, labels, case.value), *(_expected(rule, {**labels, **more}, case.value)
+                 for more in case.also)]  # fmt: skip
         tests.append({
             "interval": "1m",
             "input_series": [{"series": s, "values": v} for s, v in case.series.items()],
             "alert_rule_test": [
                 {"eval_time": case.quiet_at, "alertname": rule["alert"], "exp_alerts": []},
-                {"eval_time": case.fires_at, "alertname": rule["alert"], "exp_alerts": [fired, *others]},
+                {"eval_time": case.fires_at, "alertname": rule["alert"], "exp_alerts": fired},
             ],
         })  # fmt: skip
     return {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": tests}
@@ -222,10 +331,10 @@ def test_promtool_fires_each_alert_on_its_series_and_not_before(tmp_path: Path) 
 def test_the_promtool_cases_can_fail(tmp_path: Path) -> None:
     """A control: a case expecting a firing alert on healthy series fails."""
     spec = promtool_tests()
-    stalled = spec["tests"][0]
-    stalled["input_series"][0]["values"] = "0 0 0 0"
+    parked = spec["tests"][0]
+    parked["input_series"][0]["values"] = "0x10"
     done = run_promtool_tests(tmp_path, spec)
-    assert done.returncode != 0 and "LlmdLauncherStalled" in done.stdout + done.stderr
+    assert done.returncode != 0 and "LlmdLauncherParked" in done.stdout + done.stderr
 
 
 @pytest.mark.parametrize("rule", rules(), ids=[r["alert"] for r in rules()])
@@ -250,3 +359,215 @@ def test_the_dashboard_shows_what_the_issue_asks_for() -> None:
               "forward_last_progress_timestamp_seconds", "build_info")  # fmt: skip
     for name in wanted:
         assert f"llmd_launcher_{name}" in exprs, name
+
+
+# The day-to-day a page must not wake anyone for: every alert stays silent at every time listed.
+IDENTITY = {"model": "/models/Kimi-K3.1-Pro", "block_size": "2048", "hash_seed": "3f2a9c1e0b7d"}
+
+
+def _launcher(target: dict[str, str], values: str, deadline: int = 7200) -> dict[str, str]:
+    """What a healthy launcher's scrape yields while it lives (`values`: V where a sample is): `up`, its
+    KV identity, a start-up deadline far away (Unix time `deadline`; test time starts at 0)."""
+    own = {"instance": target["instance"], "pod": target["pod"]}
+    ones = values.replace("V", "1")
+    return {
+        _k("up", **target): ones,
+        _s("llmd_launcher_kv_cache_identity", **own, **IDENTITY): ones,
+        _s("llmd_launcher_startup_deadline_timestamp_seconds", **own): values.replace("V", str(deadline)),
+        _s("llmd_launcher_startup_phase", **own, phase="started"): ones,
+    }
+
+
+def _rolling_update() -> dict[str, str]:
+    """Prefill's 3 groups replaced one at a time (LWS maxUnavailable 1): each down 3 minutes."""
+    series = {_k("kube_statefulset_replicas", statefulset=PREFILL, **KSM): "3x60"}
+    for group in range(3):
+        down = 10 + 15 * group
+        series |= _launcher(_target(PREFILL, group, 0, f"10.0.1.{group}"), f"Vx{down} stale")
+        series |= _launcher(_target(PREFILL, group, 0, f"10.0.2.{group}"), f"_x{down + 3} Vx{57 - down}")
+        series |= _created(PREFILL, group, f"p{group}", 0, f"Vx{down} stale")
+        series |= _created(PREFILL, group, f"q{group}", down * 60, f"_x{down + 1} Vx{59 - down}")
+    return series
+
+
+def _recreation() -> dict[str, str]:
+    """The decode group recreated once: a peer was lost (the signal lasts one scrape before the pod
+    ends itself) and the engine stalled; the new pods answer 2 minutes later."""
+    series = {_k("kube_statefulset_replicas", statefulset=DECODE, **KSM): "1x60"}
+    for index in range(4):
+        old, new = _target(DECODE, 0, index, f"10.0.3.{index}"), _target(DECODE, 0, index, f"10.0.4.{index}")
+        series |= _launcher(old, "Vx10 stale") | _launcher(new, "_x12 Vx48")
+        own = {"instance": old["instance"], "pod": old["pod"]}
+        series[_s("llmd_launcher_peer_lost", **own, peer="worker 3")] = "0x9 1 stale"
+        series[_s("llmd_launcher_forward_stalled", **own, source="engine")] = "0x9 1 stale"
+    series |= _created(DECODE, 0, "d1", 0, "Vx10 stale") | _created(DECODE, 0, "d2", 660, "_x11 Vx49")
+    return series
+
+
+def _parked_then_healed() -> dict[str, str]:
+    """A pod parked 3 minutes on a recipe mistake, fixed in place: it starts where it stands."""
+    target = _target(DECODE, 0, 0, "10.0.5.1")
+    own = {"instance": target["instance"], "pod": target["pod"]}
+    return (
+        {_k("kube_statefulset_replicas", statefulset=DECODE, **KSM): "1x30"}
+        | _launcher(target, "Vx30")
+        | {_s("llmd_launcher_parked", **own, setting="LLMD_RECIPE_FILE", heals="in place"): "1x3 stale"}
+    )
+
+
+def _scaled_to_zero() -> dict[str, str]:
+    """The TPU pool scaled to 0 groups at 10m, and the master to 0 pods: their launchers go away, as
+    asked."""
+    tpu = "kimi-k3-1-tpu-sglang-decode"
+    series = {_k("kube_statefulset_replicas", statefulset=tpu, **KSM): "2x10 0x50"}
+    for group in range(2):
+        series |= _launcher(_target(tpu, group, 0, f"10.0.6.{group}"), "Vx10 stale")
+    master = {"endpoint": "probes", "instance": "10.0.7.1:8090", "pod": "mooncake-master-5d9c-x2",
+              "app_kubernetes_io_name": "mooncake-master"}  # fmt: skip
+    series[_k("kube_deployment_spec_replicas", deployment="mooncake-master", **KSM)] = "1x10 0x50"
+    series |= _launcher(master, "Vx10 stale")
+    return series
+
+
+QUIET = {
+    "a rolling update": (_rolling_update(), ("5m", "12m", "30m", "45m", "59m")),
+    "a normal recreation": (_recreation(), ("10m", "11m", "20m", "40m")),
+    "a parked pod that heals": (_parked_then_healed(), ("2m", "4m", "10m", "25m")),
+    "a pool scaled to zero": (_scaled_to_zero(), ("11m", "30m", "59m")),
+}
+
+
+def quiet_tests(scenarios: dict[str, tuple[dict[str, str], tuple[str, ...]]]) -> dict[str, Any]:
+    names = [rule["alert"] for rule in rules()]
+    return {"rule_files": ["rules.yaml"], "evaluation_interval": "1m", "tests": [
+        {"name": scenario, "interval": "1m",
+         "input_series": [{"series": s, "values": v} for s, v in series.items()],
+         "alert_rule_test": [{"eval_time": at, "alertname": name, "exp_alerts": []}
+                             for at in times for name in names]}
+        for scenario, (series, times) in scenarios.items()
+    ]}  # fmt: skip
+
+
+def test_no_alert_fires_on_the_day_to_day(tmp_path: Path) -> None:
+    done = run_promtool_tests(tmp_path, quiet_tests(QUIET))
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_the_quiet_cases_can_fail(tmp_path: Path) -> None:
+    """A control: the recreation with its decode pods never coming back pages (the pool is gone)."""
+    series, _ = QUIET["a normal recreation"]
+    gone = {s: v for s, v in series.items() if "10.0.4." not in s}
+    done = run_promtool_tests(tmp_path, quiet_tests({"gone": (gone, ("40m",))}))
+    assert done.returncode != 0 and "LlmdLauncherPoolUnscraped" in done.stdout + done.stderr
+
+
+# Alerts that page (severity critical): users are hurt now and a human must act. Each with why.
+PAGES = {
+    "LlmdLauncherPoolUnscraped": "no launcher of a pool answers for 15 minutes: the pool serves nothing "
+    "and a recreation would have answered within minutes",
+}
+# Signals set only in the seconds before the launcher ends its own pod: an alert on them fires (if
+# ever) for a pod that is already gone. Their recreation is LlmdLauncherGroupRecreateLoop's.
+ONLY_BEFORE_THE_END = {
+    "llmd_launcher_forward_stalled": "the forward-progress watcher ends the pod once it judges it stalled",
+    "llmd_launcher_peer_lost": "the peer watcher ends the pod once it judges a member lost",
+}
+
+
+def runbook_headings() -> dict[str, str]:
+    """anchor -> heading text of each section of the runbook."""
+    prose, _ = split_fences(RUNBOOK.read_text())
+    return {
+        slug(line.lstrip("#").strip()): line.lstrip("#").strip() for line in prose if line.startswith("#")
+    }
+
+
+@pytest.mark.parametrize("rule", rules(), ids=[r["alert"] for r in rules()])
+def test_every_alert_is_fit_to_page_on(rule: dict[str, Any]) -> None:
+    """A `for:`; a summary; a description naming the pod or pool, the reason (its own words) and the
+    runbook section by its heading; critical only where PAGES says why."""
+    assert rule.get("for"), "no for: one bad scrape would fire it"
+    notes = rule["annotations"]
+    assert {"summary", "description", "runbook_url"} <= notes.keys()
+    names = ("pod", "leaderworkerset", "workload")  # the pod, or the pool: an LWS, the store's workload
+    assert any(f"{{{{ $labels.{name} }}}}" in notes["description"] for name in names)
+    heading = runbook_headings()[notes["runbook_url"].removeprefix(RUNBOOK_URL)]
+    assert f'Runbook: "{heading}"' in " ".join(notes["description"].split())
+    assert rule["labels"]["severity"] in ("warning", "critical")
+    assert (rule["labels"]["severity"] == "critical") == (rule["alert"] in PAGES)
+
+
+def test_no_alert_reads_a_signal_that_lasts_only_until_the_pod_ends() -> None:
+    named = {n for r in rules() for n in NAME.findall(r["expr"])}
+    assert named & set(ONLY_BEFORE_THE_END) == set()
+
+
+def _kept(endpoint: dict[str, Any], labels: dict[str, str]) -> bool:
+    """prometheus-operator's `keep` relabelings on a pod's labels (the only action the PodMonitor uses)."""
+    for rule in endpoint.get("relabelings", []):
+        assert rule["action"] == "keep" and len(rule["sourceLabels"]) == 1
+        (source,) = rule["sourceLabels"]
+        meta = {
+            "__meta_kubernetes_pod_label_" + re.sub(r"[^a-zA-Z0-9]", "_", k): v for k, v in labels.items()
+        }
+        if not re.fullmatch(rule["regex"], meta.get(source, "")):
+            return False
+    return True
+
+
+def unserved_targets(monitor: dict[str, Any], run_cli: Any) -> list[str]:
+    """Every target the PodMonitor makes (a pod whose container declares the endpoint's port name and
+    that its relabelings keep) on a port the pod's plan does not listen on, one line per pod of every
+    group (replicas x size)."""
+    from tests.unit.deploy.test_manifests import NAMESPACE, WORKLOADS, pod_env, pod_templates
+
+    problems = []
+    for _, doc in WORKLOADS:
+        templates = pod_templates(doc)
+        spec = templates[0]["spec"]
+        env = pod_env(spec, spec["containers"][0])
+        if doc["kind"] == "LeaderWorkerSet":
+            name = doc["metadata"]["name"]
+            env |= {"LWS_LEADER_ADDRESS": f"{name}-0.{name}.{NAMESPACE}",
+                    "LWS_GROUP_SIZE": str(len(templates)), "LWS_WORKER_INDEX": "0"}  # fmt: skip
+            code, out, err = run_cli("plan", "--group", "--format", "json", env=env)
+            plans, replicas = json.loads(out)["pods"], doc["spec"]["replicas"]
+        else:
+            code, out, err = run_cli("plan", "--format", "json", env=env)
+            plans, replicas = [json.loads(out)], 1
+        assert code == 0, err
+        for index, (plan, template) in enumerate(zip(plans, templates, strict=True)):
+            served = {port["port"] for p in plan["processes"] for port in p["ports"]} | {
+                plan["probes"]["port"]
+            }
+            declared = {p["name"]: p["containerPort"] for p in template["spec"]["containers"][0]["ports"]}
+            for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+                port = declared.get(endpoint["port"])
+                if (
+                    port is not None
+                    and _kept(endpoint, template["metadata"]["labels"])
+                    and port not in served
+                ):
+                    problems += [
+                        f"{doc['metadata']['name']} pod {index}: {endpoint['port']} :{port}"
+                    ] * replicas
+    return problems
+
+
+def podmonitor() -> dict[str, Any]:
+    monitor: dict[str, Any] = yaml.safe_load((MONITORING / "podmonitor.yaml").read_text())
+    return monitor
+
+
+def test_every_scrape_target_is_a_port_the_pod_serves(run_cli: Any) -> None:
+    assert unserved_targets(podmonitor(), run_cli) == []
+
+
+def test_without_the_keep_the_headless_workers_are_targets_down_for_ever(run_cli: Any) -> None:
+    """The control, and the issue's count: prefill's node 1 (3 groups) and TPU hosts 1..3 (2 groups)
+    declare `http` without serving it: 9 targets."""
+    monitor = podmonitor()
+    for endpoint in monitor["spec"]["podMetricsEndpoints"]:
+        endpoint.pop("relabelings", None)
+    problems = unserved_targets(monitor, run_cli)
+    assert len(problems) == 9 and all(": http :" in p for p in problems), problems
