@@ -108,7 +108,8 @@ def run(cli_settings: dict[str, Any], *, exiting: bool = False) -> int:
         message = scrub(outcome.termination_message())
         write_termination_message(termination_log, message)
         if not outcome.recorded:
-            _record_end(outcome.code_name, message, scrub, output)
+            with contextlib.suppress(Exception):  # best effort: it must never change the exit code
+                _record_end(outcome.code_name, message, scrub, output)
     if output is not None:  # lines a slow reader has not taken yet: the process may end next
         output.drain()
     return outcome.exit_code
@@ -119,7 +120,7 @@ def _record_end(reason: str, message: str, scrub: Scrubber, output: ChildOutput 
     and its termination message with it. Bounded by LLMD_EVENT_SECONDS."""
     from launcher.config.settings import env_value
 
-    if env_value("event_seconds", os.environ) <= 0:
+    if env_value("event_seconds", os.environ) <= 0 or (output is None and sys.stderr is None):
         return
     import structlog
 
