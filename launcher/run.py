@@ -80,6 +80,7 @@ def run(cli_settings: dict[str, Any], *, exiting: bool = False) -> int:
     scrub = Scrubber(secret_values(os.environ))
     termination_log = os.environ.get("LLMD_TERMINATION_LOG", TERMINATION_LOG)  # until the settings are valid
     output: ChildOutput | None = None
+    log: Log | None = None  # the launcher's log, once _supervise set it up
     try:
         # Every input mistake surfaces here, before the async machinery is even imported: a bad
         # flag costs a fraction of a second, not an engine start (in an LWS group the pod parks).
@@ -94,7 +95,7 @@ def run(cli_settings: dict[str, Any], *, exiting: bool = False) -> int:
         if isinstance(first, Inputs):  # secrets the plan adds (recipe env, LLMD_EXTRA_ENV) are hidden too
             scrub.learn(_plan_secrets(first.plan))
         output = _child_output(first, scrub)
-        outcome = _supervise(cli_settings, first, scrub, output, exiting=exiting)
+        outcome, log = _supervise(cli_settings, first, scrub, output, exiting=exiting)
     except ConfigError as exc:
         for problem in exc.problems:
             say(problem.line(scrub=scrub))
@@ -109,25 +110,27 @@ def run(cli_settings: dict[str, Any], *, exiting: bool = False) -> int:
         write_termination_message(termination_log, message)
         if not outcome.recorded:
             with contextlib.suppress(Exception):  # best effort: it must never change the exit code
-                _record_end(outcome.code_name, message, scrub, output)
+                _record_end(outcome.code_name, message, scrub, log)
+    if log is not None:  # the launcher's last line (the runbook's log query looks for it)
+        (log.error if outcome.exit_code else log.info)(
+            "exiting", code=outcome.exit_code, reason=outcome.reason
+        )
     if output is not None:  # lines a slow reader has not taken yet: the process may end next
         output.drain()
     return outcome.exit_code
 
 
-def _record_end(reason: str, message: str, scrub: Scrubber, output: ChildOutput | None) -> None:
+def _record_end(reason: str, message: str, scrub: Scrubber, log: Log | None) -> None:
     """The reason the pod ends, as a Kubernetes Event on its LWS: a group recreation deletes the pod
     and its termination message with it. Bounded by LLMD_EVENT_SECONDS."""
     from launcher.config.settings import env_value
 
-    if env_value("event_seconds", os.environ) <= 0 or (output is None and sys.stderr is None):
+    if env_value("event_seconds", os.environ) <= 0 or (log is None and sys.stderr is None):
         return
-    import structlog
+    if log is None:  # the input was refused before _supervise set up the log: one on stderr
+        from launcher.supervise.logs import configure
 
-    from launcher.supervise.logs import configure
-
-    # The log _supervise configured, or (input refused before it ran) one on stderr.
-    log = structlog.get_logger() if output is not None else configure(False, scrub, sys.stderr)
+        log = configure(False, scrub, sys.stderr)
     record = _event_recorder(log)
     if record is not None:
         record(reason, message.split("\n", 1)[0])
@@ -167,7 +170,7 @@ def _supervise(
     output: ChildOutput,
     *,
     exiting: bool,
-) -> Outcome:
+) -> tuple[Outcome, Log]:
     from launcher.supervise.logs import configure
 
     log = configure(output.as_json, scrub, output.stderr)
@@ -180,11 +183,7 @@ def _supervise(
         raise
     finally:
         early.install()  # closing the loop reset its handlers: the last lines must not die of a signal
-    if outcome.exit_code != 0:
-        log.error("exiting", code=outcome.exit_code, reason=outcome.reason)
-    else:
-        log.info("exiting", code=0, reason=outcome.reason)
-    return outcome
+    return outcome, log  # run() logs "exiting" last, after the termination message and the Event
 
 
 def _until_complete(main: Coroutine[Any, Any, Outcome], *, exiting: bool) -> Outcome:
