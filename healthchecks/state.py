@@ -184,8 +184,15 @@ class PodHealth:
 
     @property
     def phase(self) -> str:
+        if self.parked is not None:  # also after its engine refused its flags and exited (run.py)
+            return PARKED
         if self.supervisor is not None and not isinstance(self.supervisor.stop, Running):
             return STOPPING
+        return self._phase
+
+    @property
+    def reached(self) -> str:
+        """The last start-up phase, also once a stop began (`phase` then says stopping)."""
         return self._phase
 
     @property

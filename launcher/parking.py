@@ -21,6 +21,7 @@ import math
 import re
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from healthchecks.state import Parked, PodHealth
@@ -30,6 +31,7 @@ from launcher.contract.log import Log
 from launcher.contract.lws import LEADER_ADDRESS, LWS_ENV
 from launcher.supervise.outcome import Outcome
 from launcher.supervise.supervisor import SignalReceived
+from roles.engines.service_links import ENGINE_ENV_PREFIXES
 
 if TYPE_CHECKING:
     from launcher.supervise.supervisor import Event
@@ -40,8 +42,11 @@ REMIND_EVERY = 60.0  # seconds between two log lines of the same reason
 # Which problems heal in place, by the setting a Problem names; one declaration per class.
 # What the container was started with changes only with a new pod (a rollout): its env, and what
 # preflight finds of its capabilities, rlimits, memory limit, devices, image and PID namespace.
-_ENV_NAME = re.compile(r"(LLMD|LWS|POD|TPU|NODE)_[A-Z0-9_]+")
+_ENV_PREFIXES = ("LLMD", "LWS", "POD", "TPU", "NODE", *ENGINE_ENV_PREFIXES)
+_ENV_NAME = re.compile(rf"({'|'.join(_ENV_PREFIXES)})_[A-Z0-9_]+")
+ENGINE_CONFIGURATION = "engine configuration"  # the setting of a refusal by the engine itself (run.py)
 _STARTED_WITH = (
+    ENGINE_CONFIGURATION,  # the engine refused its flags: a rollout with the fixed recipe replaces the pod
     "CAP_IPC_LOCK",  # the effective set is fixed at exec (kubernetes/kubernetes#56374)
     "RLIMIT_MEMLOCK",  # set by the runtime at the container's start
     "container memory limit",  # an in-place resize is possible, but not what fixes a plan's need
@@ -82,9 +87,14 @@ class Parking:
         bound: float,
         clock: Callable[[], float] = time.monotonic,
         scrub: Callable[[str], str] = str,
+        record: Callable[[str, str], bool] | None = None,
     ) -> None:
-        """scrub: the pod's secret values, hidden before a long problem is cut (Problem.shown)."""
+        """scrub: the pod's secret values, hidden before a long problem is cut (Problem.shown).
+        record(reason, message): records each new reason as a Kubernetes Event (bounded, blocking: run
+        in a thread), so it outlives the group (run.py _event_recorder)."""
         self.health, self.log, self.bound, self.clock, self.scrub = health, log, bound, clock, scrub
+        self.record = record
+        self.recorded: str | None = None  # the reason last handed to `record`
         self.attempts = 0
         self.began: float | None = None  # when it first parked
         self.logged: tuple[str, float] | None = None  # the reason last logged, and when
@@ -103,6 +113,9 @@ class Parking:
             Parked(reason, tuple(p.setting for p in error.problems), heals, parked.since if parked else now)
         )
         self.attempts += 1
+        if self.record is not None and reason != self.recorded:
+            self.recorded = reason
+            asyncio.get_running_loop().run_in_executor(None, self.record, BAD_INPUT.name, reason)
         if self.logged is None or self.logged[0] != reason or now - self.logged[1] >= REMIND_EVERY:
             self.logged = (reason, now)
             self.log.error(
@@ -129,8 +142,10 @@ class Parking:
             event = await asyncio.wait_for(events.get(), timeout=max(0.0, wait))
         except asyncio.TimeoutError:
             return None
-        if isinstance(event, SignalReceived):
-            return self.end(f"stopped by {signal_name(event.signum)}")
+        if isinstance(event, SignalReceived):  # its reason is an Event already: the pod is being deleted
+            return replace(
+                self.end(f"stopped by {signal_name(event.signum)}"), recorded=self.recorded is not None
+            )
         return None
 
     def resume(self) -> None:

@@ -63,7 +63,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                 "argv": redact_argv(p.argv),
                 "env": redact_env(p.env),
                 "ports": [{"port": port.number, "name": port.name} for port in p.ports],
-                "health": None if p.health is None else {"port": p.health.port, "path": p.health.path},
+                "health": _health_dict(p.health),
             }
             for p in plan.processes
         ],
@@ -193,6 +193,13 @@ def _check_dict(check: Check) -> dict[str, Any]:
     return out
 
 
+def _health_dict(health: HttpCheck | TcpCheck | None) -> dict[str, Any] | None:
+    """A process's own check: GET port/path, or (TcpCheck) a connection to host:port."""
+    if isinstance(health, TcpCheck):
+        return {"host": health.host, "port": health.port}
+    return None if health is None else {"port": health.port, "path": health.path}
+
+
 def _probes_dict(probes: Probes) -> dict[str, Any]:
     return {
         "port": probes.port,
@@ -264,7 +271,9 @@ def _process_text(p: ProcessSpec) -> list[str]:
     out = [f"process {p.name} ({kind})"]
     if p.ports:
         out.append("  ports: " + ", ".join(f"{port.number} {port.name}" for port in p.ports))
-    if p.health:
+    if isinstance(p.health, TcpCheck):
+        out.append(f"  health: connect {p.health.host}:{p.health.port}")
+    elif p.health:
         out.append(f"  health: GET :{p.health.port}{p.health.path}")
     if p.env:
         out.append("  env:")

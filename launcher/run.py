@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import os
+import sys
 from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -79,6 +80,7 @@ def run(cli_settings: dict[str, Any], *, exiting: bool = False) -> int:
     scrub = Scrubber(secret_values(os.environ))
     termination_log = os.environ.get("LLMD_TERMINATION_LOG", TERMINATION_LOG)  # until the settings are valid
     output: ChildOutput | None = None
+    log: Log | None = None  # the launcher's log, once _supervise set it up
     try:
         # Every input mistake surfaces here, before the async machinery is even imported: a bad
         # flag costs a fraction of a second, not an engine start (in an LWS group the pod parks).
@@ -93,7 +95,7 @@ def run(cli_settings: dict[str, Any], *, exiting: bool = False) -> int:
         if isinstance(first, Inputs):  # secrets the plan adds (recipe env, LLMD_EXTRA_ENV) are hidden too
             scrub.learn(_plan_secrets(first.plan))
         output = _child_output(first, scrub)
-        outcome = _supervise(cli_settings, first, scrub, output, exiting=exiting)
+        outcome, log = _supervise(cli_settings, first, scrub, output, exiting=exiting)
     except ConfigError as exc:
         for problem in exc.problems:
             say(problem.line(scrub=scrub))
@@ -104,10 +106,34 @@ def run(cli_settings: dict[str, Any], *, exiting: bool = False) -> int:
         say(scrub(traceback.format_exc()).rstrip("\n"))
         outcome = Outcome(INTERNAL_ERROR.number, INTERNAL_ERROR.says(error=f"{type(exc).__name__}: {exc}"))
     if outcome.exit_code != 0:
-        write_termination_message(termination_log, scrub(outcome.termination_message()))
+        message = scrub(outcome.termination_message())
+        write_termination_message(termination_log, message)
+        if not outcome.recorded:
+            with contextlib.suppress(Exception):  # best effort: it must never change the exit code
+                _record_end(outcome.code_name, message, scrub, log)
+    if log is not None:  # the launcher's last line (the runbook's log query looks for it)
+        (log.error if outcome.exit_code else log.info)(
+            "exiting", code=outcome.exit_code, reason=outcome.reason
+        )
     if output is not None:  # lines a slow reader has not taken yet: the process may end next
         output.drain()
     return outcome.exit_code
+
+
+def _record_end(reason: str, message: str, scrub: Scrubber, log: Log | None) -> None:
+    """The reason the pod ends, as a Kubernetes Event on its LWS: a group recreation deletes the pod
+    and its termination message with it. Bounded by LLMD_EVENT_SECONDS."""
+    from launcher.config.settings import env_value
+
+    if env_value("event_seconds", os.environ) <= 0 or (log is None and sys.stderr is None):
+        return
+    if log is None:  # the input was refused before _supervise set up the log: one on stderr
+        from launcher.supervise.logs import configure
+
+        log = configure(False, scrub, sys.stderr)
+    record = _event_recorder(log)
+    if record is not None:
+        record(reason, message.split("\n", 1)[0])
 
 
 def _parks() -> bool:
@@ -144,7 +170,7 @@ def _supervise(
     output: ChildOutput,
     *,
     exiting: bool,
-) -> Outcome:
+) -> tuple[Outcome, Log]:
     from launcher.supervise.logs import configure
 
     log = configure(output.as_json, scrub, output.stderr)
@@ -157,11 +183,7 @@ def _supervise(
         raise
     finally:
         early.install()  # closing the loop reset its handlers: the last lines must not die of a signal
-    if outcome.exit_code != 0:
-        log.error("exiting", code=outcome.exit_code, reason=outcome.reason)
-    else:
-        log.info("exiting", code=0, reason=outcome.reason)
-    return outcome
+    return outcome, log  # run() logs "exiting" last, after the termination message and the Event
 
 
 def _until_complete(main: Coroutine[Any, Any, Outcome], *, exiting: bool) -> Outcome:
@@ -263,10 +285,73 @@ async def _run(
         health.attach(supervisor)
         health.watchers = build_watchers(prepared, health, inputs.settings, log, parks=_parks())
         async with _watching(health.watchers, supervisor):
-            return await supervisor.run()
+            outcome = await supervisor.run()
+        if _parks() and (refused := _refused_configuration(supervisor, health)) is not None:
+            return await _park_refused(refused, outcome, log, health, events, scrub)
+        return outcome
     finally:
         await server.stop()
         output.detach()
+
+
+def _refused_configuration(supervisor: Supervisor, health: PodHealth) -> str | None:
+    """The engine's configuration error, when it exited by itself, non-zero, before it finished
+    loading weights, with that error as its last output (launcher/supervise/refusal.py)."""
+    from launcher.contract.phases import INITIALIZING, PHASES
+    from launcher.contract.stop import Failed
+    from launcher.supervise.refusal import configuration_error
+
+    engine, stop = supervisor.engine, supervisor.stop
+    if not isinstance(stop, Failed) or engine.last_exit is None or engine.last_exit <= 0:
+        return None
+    if stop.output != tuple(engine.tail) or health.started_at is not None:
+        return None  # not the engine's own exit (a watcher's verdict, a sidecar), or after start-up
+    if PHASES.index(health.reached) >= PHASES.index(INITIALIZING):
+        return None  # it had loaded its weights: a crash, which a fresh group may not repeat
+    return configuration_error(engine.tail)
+
+
+async def _park_refused(
+    refused: str, outcome: Outcome, log: Log, health: PodHealth, events: asyncio.Queue[Event], scrub: Scrubber
+) -> Outcome:
+    """Park on the engine's refusal (in a group, a restart recreates the group into the same error):
+    alive, not started, the line as the reason, until a stop signal or LLMD_PARK_SECONDS; then exit 2
+    with the engine's last lines after the reason."""
+    from launcher.config.settings import env_value
+    from launcher.parking import ENGINE_CONFIGURATION, Parking
+
+    log.error("the engine refused its configuration before loading weights", code=outcome.exit_code)
+    parking = Parking(
+        health, log, env_value("park_seconds", os.environ), scrub=scrub, record=_event_recorder(log)
+    )
+    refusal = ConfigError.one(
+        ENGINE_CONFIGURATION,
+        f"the engine refused it ({outcome.reason}): {refused}",
+        "fix the flag or value it names (the pool's args in the recipe, or LLMD_EXTRA_ARGS); a rollout "
+        "replaces the parked group",
+    )
+    while True:
+        parking.park(refusal)
+        if (ended := await parking.pause(events)) is not None:
+            return replace(ended, output=outcome.output)
+
+
+def _event_recorder(log: Log) -> Callable[[str, str], bool] | None:
+    """Records a parked pod's reason as a Kubernetes Event (launcher/supervise/kube_event.py), or None
+    when LLMD_EVENT_SECONDS is 0."""
+    from launcher.config.settings import env_value
+
+    seconds = env_value("event_seconds", os.environ)
+    if seconds <= 0:
+        return None
+    account_dir = env_value("service_account_dir", os.environ)
+
+    def record(reason: str, message: str) -> bool:
+        from launcher.supervise.kube_event import record_event
+
+        return record_event(reason, message, log, seconds=seconds, account_dir=account_dir)
+
+    return record
 
 
 def _build_info(inputs: Inputs) -> BuildInfo:
@@ -320,7 +405,11 @@ async def _until_prepared(
     from launcher.config.settings import env_value
     from launcher.parking import Parking
 
-    parking = Parking(health, log, env_value("park_seconds", os.environ), scrub=scrub) if _parks() else None
+    parking = (
+        Parking(health, log, env_value("park_seconds", os.environ), scrub=scrub, record=_event_recorder(log))
+        if _parks()
+        else None
+    )
     while True:
         if isinstance(attempt, Inputs):
             if parking is not None:

@@ -18,6 +18,7 @@ from launcher.contract.plan import GroupCheck, GroupReport, Plan
 from launcher.contract.redact import is_secret_name, secret_values
 from roles import build_plan
 from roles.derive import select_pool
+from roles.engines.service_links import service_link_problems
 
 
 def plan_group(settings: Settings, recipe: Recipe) -> GroupReport:
@@ -169,7 +170,7 @@ def _argument(argv: Sequence[str], i: int) -> str:
 
 def command_line_problems(plan: Plan, env: Mapping[str, str]) -> list[Problem]:
     """What `plan` and `run` refuse on a pod's command lines (`env`: the pod's own environment)."""
-    return argv_secret_problems(plan, env) + oversized_problems(plan)
+    return argv_secret_problems(plan, env) + oversized_problems(plan) + service_link_problems(plan, env)
 
 
 _LEADER_FLAGS = ("--master-addr", "--data-parallel-address", "--dist-init-addr")

@@ -8,6 +8,7 @@ No `from __future__ import annotations` here: pydantic would compile every field
 from its string when each model class is created, on every `plan` and `run`.
 """
 
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -173,7 +174,10 @@ class RouterSpec(_Data):
 
 
 class NixlSpec(_Data):
-    """NIXL handshake listener: vLLM binds side_channel_port + global DP rank."""
+    """NIXL handshake listener: vLLM binds side_channel_port + global DP rank. A pool whose
+    args.kv-transfer-config names a NIXL connector gets this section with its defaults when it has
+    none: without it vLLM advertises `localhost` as its side channel (vLLM 0.32.0 vllm/envs.py
+    VLLM_NIXL_SIDE_CHANNEL_HOST), which no peer on another pod can reach."""
 
     side_channel_port: Port = Field(
         5600, description="VLLM_NIXL_SIDE_CHANNEL_PORT of global DP rank 0; rank r listens on port+r."
@@ -231,13 +235,40 @@ class RenderSidecar(_Data):
     args: Args = Field({}, description="Extra flags of `vllm launch render` (name without dashes: value).")
 
 
+TLS_FLAGS = ("secure-proxy", "secure-serving")  # the sidecar's TLS switch, old and new name
+
+
 class DisaggSidecar(_Data):
     """llm-d-router-disagg-sidecar in front of the engine: port+i -> engine port+i."""
 
     binary: str = Field("llm-d-router-disagg-sidecar", description="The sidecar's executable.")
     port: Port = Field(8000, description="Port the sidecar serves on; the engine moves behind it.")
     kv_connector: str = Field("nixlv2", description="The sidecar's --kv-connector.")
-    args: Args = Field({}, description="Extra flags of the sidecar (name without dashes: value).")
+    tls: bool = Field(
+        False,
+        description="Serve the sidecar's listener over TLS (its --secure-proxy, renamed --secure-serving "
+        "in later releases, on by default upstream; the launcher passes it either way). Off: plain HTTP, "
+        "and the launcher checks GET /health. On: the router must speak TLS to the pod, and the launcher "
+        "checks that the port accepts a connection (the sidecar's /health answers 200 whatever the engine).",
+    )
+    args: Args = Field(
+        {},
+        description="Extra flags of the sidecar (name without dashes: value); secure-proxy or "
+        "secure-serving here must equal tls.",
+    )
+
+    @model_validator(mode="after")
+    def _one_tls_setting(self) -> "DisaggSidecar":
+        """The launcher's check follows `tls`: a TLS flag in args that says otherwise would leave the
+        sidecar serving one way and checked the other, and the pod never ready."""
+        for name, value in self.args.items():
+            said = str(value).lower()
+            if flag_name(name) in TLS_FLAGS and said != str(self.tls).lower():
+                raise ValueError(
+                    f"args.{name} is {value!r} but tls is {self.tls}: set disagg_sidecar.tls (the launcher "
+                    "passes --secure-proxy and checks the sidecar by it) and drop the flag from args"
+                )
+        return self
 
 
 class EnginePool(_Data):
@@ -338,6 +369,15 @@ class VllmPool(EnginePool):
     disagg_sidecar: DisaggSidecar | None = Field(
         None, description="Run the llm-d routing sidecar in front of the engine."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _nixl_from_connector(cls, data: Any) -> Any:
+        """A NIXL connector in args.kv-transfer-config and no `nixl:` section: the section's defaults
+        (the pod's IP and a port per global DP rank), so the side channel is reachable and declared."""
+        if isinstance(data, dict) and data.get("nixl") is None and names_nixl(data.get("args")):
+            return {**data, "nixl": {}}
+        return data
 
     @model_validator(mode="after")
     def _layout_fields(self) -> "VllmPool":
@@ -500,6 +540,38 @@ def optional_spec(pool: object, name: str) -> Any:
     """A pool's optional section by field name (nixl, mooncake_store, kv_events, render), None when its
     engine's pool class has no such field: the checks below name no engine (docs/adding-an-engine.md)."""
     return getattr(pool, name, None)
+
+
+# vLLM 0.32.0's NIXL connectors (vllm/distributed/kv_transfer/kv_connector/factory.py): each runs
+# the side-channel handshake listener.
+NIXL_CONNECTORS = ("NixlConnector", "NixlPullConnector", "NixlPushConnector")
+
+
+def transfer_connectors(config: object) -> list[dict[str, Any]]:
+    """A --kv-transfer-config (a mapping, or its JSON text) and, for a MultiConnector, each child."""
+    if isinstance(config, str):
+        try:
+            config = json.loads(config)
+        except ValueError:
+            return []
+    if not isinstance(config, dict):
+        return []
+    extra = config.get("kv_connector_extra_config")
+    children = extra.get("connectors", []) if isinstance(extra, dict) else []
+    return [config, *(c for child in children or [] for c in transfer_connectors(child))]
+
+
+def names_nixl(args: object) -> bool:
+    """Whether a pool's args (or an argv's --kv-transfer-config values) run a NIXL connector."""
+    if not isinstance(args, dict):
+        return False
+    configs = [v for k, v in args.items() if isinstance(k, str) and flag_name(k) == "kv-transfer-config"]
+    return any(c.get("kv_connector") in NIXL_CONNECTORS for v in configs for c in transfer_connectors(v))
+
+
+def flag_name(name: str) -> str:
+    """A flag as the engines spell it in args: no dashes, no value, dashes for underscores."""
+    return name.lstrip("-").split("=", 1)[0].replace("_", "-")
 
 
 def kv_peers(recipe: Recipe) -> dict[str, EnginePool]:

@@ -164,6 +164,11 @@ class Settings(BaseSettings):
         "POD_NAMESPACE", "the pod's namespace (downward API, metadata.namespace)"
     )
     node_name: str | None = pod_setting("NODE_NAME", "the pod's node (downward API, spec.nodeName)")
+    lws_name: str | None = pod_setting(
+        "LWS_NAME",
+        "the pod's LeaderWorkerSet (downward API, the label leaderworkerset.sigs.k8s.io/name): the "
+        "Kubernetes Event saying why the pod ended or parked is recorded on it; unset: no Event",
+    )
     # TPU env injected by LWS (kubernetes-sigs/lws pkg/utils/accelerators/tpu.go)
     tpu_worker_id: int | None = pod_setting(
         "TPU_WORKER_ID",
@@ -291,6 +296,24 @@ class Settings(BaseSettings):
         fix="give a positive number of seconds",
         section="run",
         gt=0,
+    )
+    event_seconds: float = setting(
+        2.0,
+        "at most this long, when the pod ends (non-zero) or parks, to record why as a Kubernetes Event "
+        "on its LeaderWorkerSet (LWS_NAME), which a group recreation does not delete; 0: no Event",
+        fix="give a number of seconds from 0 to 5",
+        section="run",
+        launcher_key=False,  # read from the env alone: a pod whose settings failed records it too
+        ge=0,
+        le=5,
+    )
+    service_account_dir: str = setting(
+        "/var/run/secrets/kubernetes.io/serviceaccount",
+        "where the pod's ServiceAccount token and the API server's CA are mounted (the Event's "
+        "credentials; the token is never logged); nothing there: no Event",
+        fix="give an absolute directory (default {default})",
+        section="run",
+        launcher_key=False,
     )
     termination_log: str = setting(
         TERMINATION_LOG,
@@ -430,7 +453,7 @@ class Settings(BaseSettings):
             raise ValueError("is not an IP address")
         return value
 
-    @field_validator("runtime_dir", "sysfs_root")
+    @field_validator("runtime_dir", "sysfs_root", "service_account_dir")
     @classmethod
     def _runtime_dir_is_absolute(cls, value: str) -> str:
         if not posixpath.isabs(value):

@@ -46,7 +46,10 @@ ENGINE_OWN = ExitCode(
     "the engine's own",
     "engine-exit",
     "the engine exited by itself with that code",
-    fresh_group_fixes="yes, a crash; not an engine that refuses its flags (then the same exit again)",
+    in_group="exits: LWS recreates the group; but an engine that refused its configuration before "
+    "loading weights (its last output an argparse error, a ValidationError or ValueError of its config "
+    "checks) parks the pod with that line instead; exits 2 after LLMD_PARK_SECONDS or on SIGTERM",
+    fresh_group_fixes="yes, a crash; not an engine that refuses its flags (it would again: it parks)",
 )
 SIGNALLED = ExitCode(
     "128+N",
@@ -136,6 +139,17 @@ EXIT_CODES = (
     STORE_MASTER_RESTARTED,
     NOT_RUNNABLE,
 )
+
+
+def code_name(code: int) -> str:
+    """The name of a row for a code alone (a code the launcher chose, 126/127, 128+N), else the
+    engine's own; where a code may be both (an engine exiting 2), the caller names it."""
+    for row in EXIT_CODES:
+        if row.code.isdigit() and row.number == code:
+            return row.name
+    if code in (126, 127):
+        return NOT_RUNNABLE.name
+    return SIGNALLED.name if code > 128 else ENGINE_OWN.name
 
 
 def exit_code_of(code: int) -> int:

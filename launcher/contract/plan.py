@@ -213,7 +213,7 @@ class ProcessSpec:
     env: Mapping[str, str] = field(default_factory=dict)  # added to the pod's environment
     critical: bool = True  # the engine: its exit ends the pod. Sidecars restart with backoff.
     ports: tuple[PortSpec, ...] = ()
-    health: HttpCheck | None = None
+    health: HttpCheck | TcpCheck | None = None
 
 
 @record

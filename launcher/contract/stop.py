@@ -51,6 +51,7 @@ class Failed:
     exit_code: int  # shell-style, never 0
     output: tuple[str, ...] = ()  # the failing process's last lines
     engine: EngineStop = EngineStop.DRAIN
+    name: str = ""  # its exit-code row's name, where the code alone does not tell (exits.code_name)
 
     @classmethod
     def of(cls, verdict: Verdict) -> Failed:

@@ -7,7 +7,7 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from launcher.contract.exits import describe_exit, exit_code_of
+from launcher.contract.exits import ENGINE_OWN, SIGNALLED, code_name, describe_exit, exit_code_of
 from launcher.contract.stop import Failed, StopRequested, StopState
 
 TERMINATION_LIMIT = 4096  # bytes the kubelet keeps of /dev/termination-log
@@ -20,6 +20,12 @@ class Outcome:
     exit_code: int
     reason: str
     output: list[str] = field(default_factory=list)  # the failing process's last lines
+    name: str = ""  # the exit-code row's name, where the code alone does not tell (exits.code_name)
+    recorded: bool = False  # its reason is already a Kubernetes Event (a parked pod's, when it parked)
+
+    @property
+    def code_name(self) -> str:
+        return self.name or code_name(self.exit_code)
 
     def termination_message(self, limit: int = TERMINATION_LIMIT) -> str:
         """The reason first, then as many of the NEWEST output lines as fit (a traceback's last
@@ -46,7 +52,7 @@ def final_outcome(
     clean exit, also for a main process that simply died of the SIGTERM we forwarded (mooncake_client
     does); an engine that failed while stopping gives its own code."""
     if isinstance(stop, Failed):
-        return Outcome(stop.exit_code, stop.reason, list(stop.output))
+        return Outcome(stop.exit_code, stop.reason, list(stop.output), stop.name)
     reason = stop.reason if isinstance(stop, StopRequested) else "stopped"
     if engine_exit in (None, 0, -signal.SIGTERM):
         return Outcome(0, reason)
@@ -55,4 +61,5 @@ def final_outcome(
         exit_code_of(engine_exit),
         f"{reason}; {engine} {describe_exit(engine_exit)} while stopping",
         list(engine_tail),
+        SIGNALLED.name if engine_exit < 0 else ENGINE_OWN.name,
     )

@@ -33,7 +33,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.contract.exits import ENGINE_QUIT, describe_exit, exit_code_of, signal_name
+from launcher.contract.exits import (
+    ENGINE_OWN,
+    ENGINE_QUIT,
+    NOT_RUNNABLE,
+    SIGNALLED,
+    describe_exit,
+    exit_code_of,
+    signal_name,
+)
 from launcher.contract.lifecycle import Lifecycle, move
 from launcher.contract.log import Log
 from launcher.contract.plan import FileSpec, Plan, ProcessSpec
@@ -49,6 +57,11 @@ if TYPE_CHECKING:
 BACKOFF_CAP = 30.0  # seconds: the longest a sidecar waits before its next restart
 DRAIN_READS = 64  # at most 4 MiB passed on when a process exits, so a chatty orphan cannot stall us
 RESPAWN_SETTLE = 0.02  # seconds a sweep that killed waits before it looks again for a replacement
+
+
+def own(code: int) -> str:
+    """The exit-code row of a process's own exit (os.waitstatus_to_exitcode form)."""
+    return SIGNALLED.name if code < 0 else ENGINE_OWN.name
 
 
 def restart_delay(recent_restarts: int, base: float) -> float:
@@ -269,7 +282,12 @@ class Supervisor:
             if code == 0:
                 failed = Failed(ENGINE_QUIT.says(process=state.name), ENGINE_QUIT.number, tuple(state.tail))
             else:
-                failed = Failed(f"{state.name} {describe_exit(code)}", exit_code_of(code), tuple(state.tail))
+                failed = Failed(
+                    f"{state.name} {describe_exit(code)}",
+                    exit_code_of(code),
+                    tuple(state.tail),
+                    name=own(code),
+                )
             state.become(Lifecycle.FATAL)
             self._begin_shutdown(failed)
             return
@@ -288,7 +306,7 @@ class Supervisor:
                 f"(LLMD_SIDECAR_RESTARTS={self.config.sidecar_restarts})"
             )
             state.become(Lifecycle.FATAL)
-            self._begin_shutdown(Failed(reason, exit_code_of(code) or 1, tuple(state.tail)))
+            self._begin_shutdown(Failed(reason, exit_code_of(code) or 1, tuple(state.tail), name=own(code)))
             return
         state.become(Lifecycle.BACKOFF)
         delay = restart_delay(len(state.recent_exits), self.config.restart_backoff)
@@ -323,7 +341,7 @@ class Supervisor:
             self.log.error("spawn failed", process=state.name, error=str(exc))
             if spec.critical:
                 state.become(Lifecycle.FATAL)
-                self._begin_shutdown(Failed(reason, code))
+                self._begin_shutdown(Failed(reason, code, name=NOT_RUNNABLE.name))
             else:
                 state.tail.append(reason)
                 self._schedule_restart(state, code)

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from launcher.config.recipe import DisaggSidecar
-from launcher.contract.plan import HttpCheck, PortSpec, ProcessSpec
+from launcher.config.recipe import TLS_FLAGS, DisaggSidecar, flag_name
+from launcher.contract.plan import HttpCheck, PortSpec, ProcessSpec, TcpCheck
 from roles import topology
 from roles.args import args_from, flatten
 from roles.context import BuildContext, owned_flags
@@ -29,6 +29,12 @@ def disagg_sidecar(
         "kv-connector": sidecar.kv_connector,
         **sidecar.args,
     }
+    # TLS is on by default upstream (llm-d/llm-d-router pkg/sidecar/proxy/options.go: SecureServing
+    # true; --secure-proxy its deprecated alias, the only name in llm-d-routing-sidecar v0.3.0), so it
+    # is always said: a sidecar serving TLS to a plain-HTTP check never becomes ready. A recipe that
+    # names it in args (the guides' --secure-serving) already says the same as tls (DisaggSidecar).
+    if not any(flag_name(name) in TLS_FLAGS for name in sidecar.args):
+        args["secure-proxy"] = sidecar.tls
     # Go's flag package needs --flag=value for booleans; use that form for every flag.
     argv = (sidecar.binary, *flatten(args_from(args, style="gflags")))
     ports = topology.local_rank_ports(sidecar.port, len(ranks))
@@ -38,5 +44,5 @@ def disagg_sidecar(
         env=ctx.env(),
         critical=False,
         ports=tuple(PortSpec(p, f"sidecar-rank{r}") for r, p in zip(ranks, ports, strict=True)),
-        health=HttpCheck(sidecar.port, "/health"),
+        health=TcpCheck("127.0.0.1", sidecar.port) if sidecar.tls else HttpCheck(sidecar.port, "/health"),
     )

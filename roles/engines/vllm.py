@@ -12,7 +12,7 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from launcher.config.recipe import VllmPool, as_engine_int
+from launcher.config.recipe import VllmPool, as_engine_int, names_nixl, transfer_connectors
 from launcher.contract.errors import ConfigError
 from launcher.contract.phases import CAPTURING_GRAPHS, INITIALIZING, LOADING_WEIGHTS, STARTING_SERVER
 from launcher.contract.plan import (
@@ -127,6 +127,14 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
         )
     owned = {**_OWNED, **_KV_PEER_OWNED} if peer else _OWNED
     argv, notes = ctx.command([*SERVE, model.path], args, owned, VLLM.catalog)
+    if pool.nixl is None and names_nixl(_transfer_configs(argv)):
+        raise ConfigError.one(
+            "LLMD_EXTRA_ARGS",
+            f"runs a NIXL connector (--kv-transfer-config) in pool {ctx.pool_name}, whose recipe does not: "
+            "vLLM would advertise localhost as its NIXL side channel, unreachable from other pods",
+            "put the --kv-transfer-config in the pool's args in the recipe; the launcher then gives "
+            "the side channel the pod's IP and a port per rank (the pool's `nixl:` section)",
+        )
 
     generated_env: dict[str, str] = {}
     files: list[FileSpec] = []
@@ -388,7 +396,7 @@ def rdma_use(pool: VllmPool, where: str) -> RdmaNeed | None:
             "to tcp",
         )
     transfer = pool.args.get("kv-transfer-config", pool.args.get("kv_transfer_config"))
-    for connector in _connector_configs(transfer):
+    for connector in transfer_connectors(transfer):
         extra = connector.get("kv_connector_extra_config") or {}
         if connector.get("kv_connector") == "MooncakeConnector" and (
             not isinstance(extra, dict) or extra.get("mooncake_protocol", "rdma") == "rdma"
@@ -409,13 +417,14 @@ def rdma_use(pool: VllmPool, where: str) -> RdmaNeed | None:
     )
 
 
-def _connector_configs(config: object) -> list[Mapping[str, Any]]:
-    """A --kv-transfer-config and, for a MultiConnector, each of its children."""
-    if not isinstance(config, dict):
-        return []
-    extra = config.get("kv_connector_extra_config")
-    children = extra.get("connectors", []) if isinstance(extra, dict) else []
-    return [config, *(c for child in children or [] for c in _connector_configs(child))]
+def _transfer_configs(argv: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """The --kv-transfer-config values of an argv, as args (the last one wins, as in argparse)."""
+    found = {}
+    for i, token in enumerate(argv):
+        if flag_key(token) == "kv-transfer-config":
+            value = token.split("=", 1)[1] if "=" in token else (argv[i + 1] if i + 1 < len(argv) else "")
+            found["kv-transfer-config"] = value
+    return found
 
 
 def store_master(pool: VllmPool, where: str) -> StoreMaster | None:

@@ -25,7 +25,9 @@ def decode_pod(tmp_path: Path) -> Iterator[LauncherPod]:
         pod.kill_everything()
 
 
-def _decode_pod(tmp_path: Path, env: dict[str, str]) -> LauncherPod:
+def _decode_pod(
+    tmp_path: Path, env: dict[str, str], sidecar_fields: str = "args: {secure-proxy: false}"
+) -> LauncherPod:
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text("{}")
@@ -36,7 +38,7 @@ def _decode_pod(tmp_path: Path, env: dict[str, str]) -> LauncherPod:
         f"name: standin-decode\nmodel: {{path: {model}}}\ndefault_pool: decode\npools:\n  decode:\n"
         "    kind: vllm\n    layout: data-parallel\n    nodes: 1\n    data_parallel_local: 2\n"
         f"    port: {engine}\n    supervisor_port: {supervisor}\n"
-        f"    disagg_sidecar: {{port: {sidecar}, kv_connector: nixlv2, args: {{secure-proxy: false}}}}\n"
+        f"    disagg_sidecar: {{{', '.join(filter(None, (f'port: {sidecar}', sidecar_fields)))}}}\n"
     )
     base = {
         "LLMD_RECIPE_FILE": str(recipe),
@@ -87,5 +89,25 @@ def test_sidecar_down_makes_the_pod_not_ready_naming_the_sidecar(tmp_path: Path)
         pod.signal(signal.SIGTERM)
         assert pod.finish() == 0, pod.output()
         assert pod.leftovers() == []
+    finally:
+        pod.kill_everything()
+
+
+@pytest.mark.parametrize(("fields", "scheme"), [("", "http"), ("tls: true", "https")])
+def test_the_sidecars_tls_and_the_launchers_check_agree(tmp_path: Path, fields: str, scheme: str) -> None:
+    """A recipe that says nothing of the sidecar's TLS (upstream serves TLS by default): the launcher
+    passes --secure-proxy from disagg_sidecar.tls and checks the sidecar the same way, so the pod
+    becomes ready either way (it never did before: the sidecar served TLS to a plain-HTTP check)."""
+    pod = _decode_pod(tmp_path, {"LLMD_CHECK_INTERVAL": "0.1"}, fields).start()
+    try:
+        ready = pod.wait_probe("readyz", 200, timeout=30)
+        sidecar = pod.ports["sidecar"]
+        tls = scheme == "https"
+        how = f"connect 127.0.0.1:{sidecar}: reachable" if tls else f"GET :{sidecar}/health: 200"
+        assert how in ready["checks"]["disagg-sidecar"]["detail"]
+        reply = httpx.get(f"{scheme}://127.0.0.1:{sidecar}/v1/models", timeout=10, verify=False)
+        assert reply.json() == {"port": pod.port}
+        pod.signal(signal.SIGTERM)
+        assert pod.finish() == 0, pod.output()
     finally:
         pod.kill_everything()

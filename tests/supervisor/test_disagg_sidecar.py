@@ -63,7 +63,8 @@ def sidecar() -> Iterator[Callable[..., tuple[str, FakeEngine]]]:
         server = decode.start()
         port = free_port()
         argv = [str(STANDINS / "llm-d-router-disagg-sidecar"), f"--port={port}",
-                f"--model-server-port={decode.port}", "--kv-connector=nixlv2", *flags]  # fmt: skip
+                f"--model-server-port={decode.port}", "--kv-connector=nixlv2", "--secure-proxy=false",
+                *flags]  # fmt: skip
         proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
         started.append((proc, server))
         url = f"http://127.0.0.1:{port}"

@@ -139,7 +139,7 @@ def test_a_secret_across_the_piece_boundary_of_a_long_line_is_scrubbed(
 
 
 JSON_WITH_THE_SECRET = (
-    '--kv-transfer-config \'{"kv_connector": "NixlConnector", "kv_role": "kv_both", '
+    '--kv-transfer-config \'{"kv_connector": "LMCacheConnectorV1", "kv_role": "kv_both", '
     f'"kv_connector_extra_config": {{"token": "{SECRET}"}}}}\''
 )
 

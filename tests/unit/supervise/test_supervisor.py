@@ -354,12 +354,15 @@ def test_the_engine_ending_ends_the_pod_with_its_code(code: int, exit_code: int,
     spawner = FakeSpawner({"engine": [Script(exits_after=5, code=code)], "render": [Script(on_sigterm=None)]})
     outcome, pod = supervise(spawner)
     assert (outcome.exit_code, outcome.reason) == (exit_code, f"engine {how}")
+    assert outcome.code_name == {3: "engine-exit", -signal.SIGSEGV: "signalled", 0: "engine-quit"}[code]
     assert spawner.signalled("render", signal.SIGTERM)[0] == 5
     # after a crash nobody waits for a drain: the sidecars get their own window, not the grace period
     assert spawner.signalled("render", signal.SIGKILL) == [
         pytest.approx(5 + BUDGET.sidecar_window + BUDGET.kill_margin, abs=0.11)
     ]
-    assert pod.supervisor is not None and pod.supervisor.stop == Failed(f"engine {how}", exit_code)
+    # Named where the code alone could be a launcher's (an engine's own 3 is not engine-quit).
+    name = "signalled" if code < 0 else "engine-exit" if code else ""
+    assert pod.supervisor is not None and pod.supervisor.stop == Failed(f"engine {how}", exit_code, name=name)
 
 
 def test_a_dead_engine_ends_the_pod_the_moment_its_last_process_is_reaped() -> None:
