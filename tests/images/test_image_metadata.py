@@ -28,8 +28,8 @@ class Expected:
 
 IMAGES = [
     Expected(MOONCAKE_IMAGE, "llm-d-launcher mooncake", "10001:10001", 250 * MB),  # measured 199 MB
-    Expected(VLLM_IMAGE, "llm-d-launcher vllm-gpu", "", 1000 * MB),  # measured 840 MB (CUDA Mooncake + NIXL)
-    Expected(SGLANG_IMAGE, "llm-d-launcher sglang-tpu", "", 100 * MB),  # measured: the launcher's few deps
+    Expected(VLLM_IMAGE, "llm-d-launcher vllm-gpu", "", 1000 * MB),  # measured 842 MB (CUDA Mooncake + NIXL)
+    Expected(SGLANG_IMAGE, "llm-d-launcher sglang-tpu", "", 100 * MB),  # measured 4 MB
 ]
 SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.I)
 
