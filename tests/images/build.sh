@@ -145,6 +145,8 @@ build "$IMAGE_PREFIX/vllm-gpu:run" images/vllm-gpu.Dockerfile --build-arg "PYTHO
 build "$IMAGE_PREFIX/sglang-tpu:run" images/sglang-tpu.Dockerfile --build-arg "PYTHON_BUILDER=$BASE" \
   --build-arg "SGLANG_TPU_BASE=$SGLANG_STANDIN"
 
+# What tests/images/clean.sh keeps: the cached bases of the current recipes (older stamps are removed).
+printf '%s\n' "$BASE" "$VLLM_STANDIN" "$SGLANG_STANDIN" >"$LLMD_IMAGES_WORK/cached"
 {
   printf '{"base": "%s", "vllm_standin": "%s", "sglang_standin": "%s"' "$BASE" "$VLLM_STANDIN" "$SGLANG_STANDIN"
   for name in "${!SECONDS_TAKEN[@]}"; do printf ', "%s": %s' "$name" "${SECONDS_TAKEN[$name]}"; done
