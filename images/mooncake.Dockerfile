@@ -60,7 +60,7 @@ RUN --mount=type=bind,from=wheel,source=/dist,target=/tmp/llm-d-launcher-dist \
 # files under /tmp/llm-d-launcher (LLMD_RUNTIME_DIR), which this user can create. The master runs
 # as this user; a donor registering its segment for RDMA needs CAP_IPC_LOCK in force, which
 # Kubernetes grants a non-root container only in its bounding set (kubernetes/kubernetes#56374), so
-# the donor manifest runs this image as root (deploy/overlays/gke-a4x-max/mooncake-donor.yaml).
+# the donor manifest runs this image as root (deploy/components/mooncake-donors/mooncake-donor.yaml).
 # No file capabilities instead: `setcap cap_ipc_lock+ep` on mooncake_client would make it fail to
 # exec (EPERM) in any container without IPC_LOCK in its bounding set, and the launcher's memlock
 # preflight could not see them.

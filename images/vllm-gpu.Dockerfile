@@ -57,16 +57,20 @@ COPY --from=disagg-sidecar /app/pd-sidecar /usr/local/bin/llm-d-router-disagg-si
 # to start without them, README "Preflight"): --load-format fastsafetensors (vLLM's extra of that
 # name), MooncakeStoreConnector (mooncake-transfer-engine) and NixlConnector (nixl). Pinned; if the
 # base already ships one at another version, the constraints make the build fail rather than swap it.
+# nixl is a meta package: nixl==X needs nixl-cu12==X and nixl-cu13==X, its CUDA backends (vLLM imports
+# nixl._api, which loads one). 1.5.1 is the newest release with both on PyPI (nixl 1.5.2 names a
+# nixl-cu12==1.5.2 that PyPI never had, for x86_64 or arm64: that build could not succeed). The check
+# after the install names any module missing, so a base or index without them fails here, not at run time.
 ARG FASTSAFETENSORS_VERSION=0.5.0
 ARG MOONCAKE_VERSION=0.3.13.post1
-ARG NIXL_VERSION=1.5.2
+ARG NIXL_VERSION=1.5.1
 RUN --mount=type=bind,from=wheel,source=/dist,target=/tmp/llm-d-launcher-dist \
     python3 -m pip list --format=freeze > /tmp/base-constraints.txt \
  && PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore \
     python3 -m pip install --no-cache-dir --constraint /tmp/base-constraints.txt /tmp/llm-d-launcher-dist/*.whl \
       "fastsafetensors==${FASTSAFETENSORS_VERSION}" "mooncake-transfer-engine==${MOONCAKE_VERSION}" \
       "nixl==${NIXL_VERSION}" \
- && python3 -c "import importlib.util as u, sys; sys.exit(not all(u.find_spec(m) for m in ('fastsafetensors', 'mooncake', 'nixl')))" \
+ && python3 -c "import importlib.util as u, sys; missing = [m for m in ('fastsafetensors', 'mooncake', 'nixl') if not u.find_spec(m)] + ([] if u.find_spec('nixl_cu12') or u.find_spec('nixl_cu13') else ['nixl_cu12 or nixl_cu13 (NIXL CUDA backend)']); sys.exit('missing after the install: ' + ', '.join(missing) if missing else None)" \
  && rm -f /tmp/base-constraints.txt \
  && llm-d-launcher recipes > /dev/null \
  && llm-d-launcher catalog build --engine vllm --python "$(command -v python3)" \

@@ -403,12 +403,15 @@ def _cmd_catalog(ns: argparse.Namespace) -> int:
 
 def version_text() -> str:
     """What an image holds: the launcher, each built-in recipe (by content: recipes carry no version)
-    and the engine release each flag catalogue was generated from (roles/catalogs/)."""
+    and the engine release each flag catalogue was generated from: first the ones the image built
+    from its own engine (LLMD_CATALOG_DIR, `catalog build`), which `run` uses, then roles/catalogs/."""
     import hashlib
     from importlib import metadata, resources
 
+    from launcher.catalogs.shelf import load_shelf
+    from launcher.config.defaults import CATALOG_DIR
     from launcher.config.recipe_file import builtin_recipe_names
-    from roles.flags import built_in_catalogs
+    from roles.flags import BUILT_IN
 
     try:
         version = metadata.version("llm-d-launcher")
@@ -419,8 +422,14 @@ def version_text() -> str:
     for name in builtin_recipe_names():
         digest = hashlib.sha256(recipes.joinpath(f"{name}.yaml").read_bytes()).hexdigest()[:12]
         lines.append(f"recipe {name} sha256:{digest}")
-    for catalog in built_in_catalogs():
-        lines.append(f"engine catalogue {catalog.name}: {catalog.label}")
+    try:
+        shelf = load_shelf(os.environ.get("LLMD_CATALOG_DIR", CATALOG_DIR))
+    except ConfigError as exc:  # a broken image catalogue: said, as `run` would refuse it
+        shelf = load_shelf("")
+        lines.append(f"engine catalogue: {exc.problems[0]}")
+    for catalog in shelf:
+        built = "" if catalog.source == BUILT_IN else f" (built in this image: {catalog.source})"
+        lines.append(f"engine catalogue {catalog.name}: {catalog.label}{built}")
     return "\n".join(lines) + "\n"
 
 

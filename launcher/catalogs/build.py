@@ -14,6 +14,7 @@ from roles.flags import file_name, parse_catalog
 
 GENERATOR = Path(__file__).with_name("generate.py")
 BUILD_TIMEOUT = 600.0  # importing an engine's parser takes 5-50 s on a busy CPU
+CATALOG_MODE = 0o644  # written as root at image build time, read by whatever user the pod runs as
 CATALOGS = {f.package: f.catalog for f in FAMILIES if f.package and f.catalog}  # --engine -> catalogue
 
 
@@ -42,6 +43,7 @@ def build_catalog(engine: str, python: str, out_dir: str) -> Path:
     target.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=target, delete=False, suffix=".tmp") as handle:
         handle.write(done.stdout)
+        os.fchmod(handle.fileno(), CATALOG_MODE)  # tempfile makes it 0600: unreadable to the pod's user
     os.replace(handle.name, path)
     return path
 

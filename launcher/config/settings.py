@@ -31,7 +31,7 @@ from pydantic_settings import (
     SettingsError,
 )
 
-from launcher.config.defaults import LOCAL_GROUP_TAG, PROBE_PORT, TERMINATION_LOG
+from launcher.config.defaults import CATALOG_DIR, LOCAL_GROUP_TAG, PROBE_PORT, TERMINATION_LOG
 from launcher.config.recipe import EnvMap
 from launcher.config.recipe_file import RecipeSource, read_recipe
 from launcher.contract import lws
@@ -248,7 +248,7 @@ class Settings(BaseSettings):
         metavar="FLAGS",
     )
     catalog_dir: str = setting(
-        "/opt/llm-d-launcher/catalogs",
+        CATALOG_DIR,
         "where the image's own flag catalogues are (`llm-d-launcher catalog build` at image build), "
         "looked at before the built-in ones; empty: built-in only",
         fix="give an absolute directory, or leave it empty",

@@ -53,6 +53,25 @@ def test_version_names_launcher_recipes_and_engine_catalogues(
         assert load_catalog(name, data["version"]).version == data["version"]
 
 
+def test_version_names_the_catalogue_the_image_built_first(run_cli: Any, tmp_path: Path) -> None:
+    """An image's `version` says which engine its flags are checked against: the catalogue
+    `catalog build` wrote from the image's own engine (LLMD_CATALOG_DIR), which `run` uses before the
+    built-in ones; a broken one is named, as `run` would refuse it."""
+    built_in = Path(__file__).parents[3] / "roles" / "catalogs" / "vllm-serve-0.32.0.json"
+    (tmp_path / "vllm-serve-0.32.0.json").write_text(built_in.read_text())
+    code, out, _ = run_cli("version", env={"LLMD_CATALOG_DIR": str(tmp_path)})
+    catalogues = [line for line in out.splitlines() if line.startswith("engine catalogue")]
+    image = tmp_path / "vllm-serve-0.32.0.json"
+    assert (
+        code == 0
+        and catalogues[0] == f"engine catalogue vllm-serve: vllm serve 0.32.0 (built in this image: {image})"
+    )
+    assert "engine catalogue vllm-serve: vllm serve 0.32.0" in catalogues[1:]  # the built-in one, after
+    image.write_text("{")
+    code, out, _ = run_cli("version", env={"LLMD_CATALOG_DIR": str(tmp_path)})
+    assert code == 0 and f"engine catalogue: LLMD_CATALOG_DIR: {image} is not a flag catalogue" in out
+
+
 def test_only_the_named_commands_parser_is_built(capsys: pytest.CaptureFixture[str]) -> None:
     """Every command's parser costs `plan` its set-up: the word that names a command builds that
     one; anything else (help, a root flag, a typo) builds them all, for the full list and errors."""

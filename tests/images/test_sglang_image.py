@@ -1,0 +1,39 @@
+"""images/sglang-tpu.Dockerfile, built on the SGLang STAND-IN base (tests/images/standins: SGLang 0.5.23's
+parser on CPU torch; no TPU, so no engine is served here), run as deploy/kimi-k3.1-pro/tpu.yaml runs it:
+`plan` plans the TPU leader, and the image checks flags against the catalogue it built from its own
+SGLang, readable by a non-root user too."""
+
+from __future__ import annotations
+
+from tests.images.conftest import POD, RUN_AS_IMAGE_USER, SGLANG_IMAGE, MakeContainer
+from tests.images.podman import podman
+
+MANIFEST_ENV = {  # deploy/kimi-k3.1-pro/tpu.yaml's env (the fieldRefs filled as the kubelet would)
+    "LLMD_RECIPE": "kimi-k3.1-pro",
+    "LLMD_POOL": "tpu",
+    "LLMD_GRACE_SECONDS": "90",
+    "POD_IP": "10.1.2.3",
+    "POD_NAME": "kimi-k3-1-tpu-0",
+    "POD_NAMESPACE": "llm-d",
+    "NODE_NAME": "tpu-node-1",
+}
+BUILT = "/opt/llm-d-launcher/catalogs/sglang-server-0.5.23.json"  # `catalog build` in the Dockerfile
+
+
+def test_plan_prints_the_tpu_leaders_plan(container: MakeContainer) -> None:
+    pod = container(SGLANG_IMAGE, None, MANIFEST_ENV, ["--network=none"], ["plan"]).start()
+    assert pod.wait_exit(timeout=60) == 0, pod.logs()[-3000:]
+    out = pod.logs()
+    print(out[:1200])
+    assert out.startswith("# recipe kimi-k3.1-pro | pool tpu | role tpu-leader | worker 0 of 4")
+    assert "sglang.launch_server" in out
+
+
+def test_version_names_the_catalogue_built_from_the_images_sglang() -> None:
+    out = podman("run", "--rm", "--network=none", *POD, *RUN_AS_IMAGE_USER, SGLANG_IMAGE, "version").stdout
+    catalogues = [line for line in out.splitlines() if line.startswith("engine catalogue")]
+    print("\n".join(catalogues))
+    assert (
+        catalogues[0]
+        == f"engine catalogue sglang-server: sglang.launch_server 0.5.23 (built in this image: {BUILT})"
+    )
