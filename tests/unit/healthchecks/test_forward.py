@@ -148,3 +148,21 @@ def test_livez_tells_the_stall_with_the_rank_and_the_canarys_outcome() -> None:
     watcher.stalled = "engine stalled: rank 3 (:8000) made no progress for 61 s and its canary timed out"
     live, body = health.liveness()
     assert not live and body["reason"].startswith("engine stalled: rank 3")
+
+
+def test_a_selector_sums_only_the_samples_holding_its_labels() -> None:
+    # SGLang 0.5.23 realtime_tokens_total: one counter, a mode label per kind of step (#32)
+    text = (
+        'sglang:realtime_tokens_total{model_name="m",mode="decode"} 5.0\n'
+        'sglang:realtime_tokens_total{model_name="m",mode="prefill_compute"} 512.0\n'
+        'sglang:realtime_tokens_total{model_name="m",mode="prefill_cache"} 64.0\n'
+    )
+    decode = ('sglang:realtime_tokens_total{mode="decode"}',)
+    assert counter_sum(text, decode) == 5.0
+    prefill = (
+        'sglang:realtime_tokens_total{mode="prefill_compute"}',
+        'sglang:realtime_tokens_total{mode="prefill_cache"}',
+    )
+    assert counter_sum(text, prefill) == 576.0
+    assert counter_sum(text, ("sglang:realtime_tokens_total",)) == 581.0
+    assert counter_sum(text, ('sglang:realtime_tokens_total{mode="nothing"}',)) is None
