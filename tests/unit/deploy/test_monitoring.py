@@ -83,6 +83,11 @@ class Case:
     also: tuple[dict[str, str], ...] = ()  # more pods it fires on at fires_at: their labels over POD's
 
 
+KV = "llmd_launcher_engine_kv_transfer_total"
+NIXL_FAILED, NIXL_XFERS = "vllm:nixl_num_failed_transfers_total", "vllm:nixl_xfer_time_seconds_count"
+QUERIES, HITS = "vllm:external_prefix_cache_queries_total", "vllm:external_prefix_cache_hits_total"
+
+
 def _s(name: str, **labels: str) -> str:
     inner = ", ".join(f'{k}="{v}"' for k, v in {**POD, **labels}.items())
     return f"{name}{{{inner}}}"
@@ -163,6 +168,48 @@ CASES = {
             },
         ),
     ),
+    # #32: prefill's side channel unreachable: decode counts failed transfers (and is not ended).
+    "LlmdLauncherKvTransferFailures": Case(
+        {
+            _s(
+                KV, source="engine", pool="decode", role="decode", counter=NIXL_FAILED
+            ): "0 0 2 4 6 8 10 12 14",
+            _s(
+                KV, source="engine", pool="decode", role="decode", counter=NIXL_XFERS
+            ): "0 5 10 15 20 25 30 35 40",
+        },
+        "8m",
+        "3m",
+        {"pool": "decode", "role": "decode"},
+    ),
+    # Queries grow, hits stay at 0 on decode; a decode pod whose hits grow stays quiet.
+    "LlmdLauncherDecodeNoExternalPrefixHits": Case(
+        {
+            _s(KV, source="engine", pool="decode", role="decode", counter=QUERIES): "0+100x30",
+            _s(KV, source="engine", pool="decode", role="decode", counter=HITS): "0x30",
+            _s(
+                KV,
+                instance="10.0.0.2:8090",
+                pod="kimi-d-1",
+                source="engine",
+                pool="decode",
+                role="decode",
+                counter=QUERIES,
+            ): "0+100x30",  # fmt: skip
+            _s(
+                KV,
+                instance="10.0.0.2:8090",
+                pod="kimi-d-1",
+                source="engine",
+                pool="decode",
+                role="decode",
+                counter=HITS,
+            ): "0+90x30",  # fmt: skip
+        },
+        "20m",
+        "8m",
+        {"pool": "decode", "role": "decode"},
+    ),
     # The deadline is at Unix time 1000 (test time starts at 0): 940 s left at 1m, 520 s at 8m. A
     # second pod past start-up with the same deadline never fires.
     "LlmdLauncherStartupDeadlineNear": Case(
@@ -181,6 +228,14 @@ CASES = {
 }
 
 
+def expand(annotations: dict[str, str], labels: dict[str, str]) -> dict[str, str]:
+    """The annotations as Prometheus renders them: `{{ $labels.X }}` is the alert's label X."""
+    return {
+        k: re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], v)
+        for k, v in annotations.items()
+    }
+
+
 def test_every_alert_has_a_promtool_case() -> None:
     assert sorted(CASES) == sorted(rule["alert"] for rule in rules())
 
@@ -189,10 +244,8 @@ def promtool_tests() -> dict[str, Any]:
     tests = []
     for rule in rules():
         case = CASES[rule["alert"]]
-        fired = {
-            "exp_labels": {**POD, **rule["labels"], **case.labels},
-            "exp_annotations": rule["annotations"],
-        }
+        labels = {**POD, **rule["labels"], **case.labels}
+        fired = {"exp_labels": labels, "exp_annotations": expand(rule["annotations"], labels)}
         others = [{**fired, "exp_labels": {**fired["exp_labels"], **more}} for more in case.also]
         tests.append({
             "interval": "1m",
