@@ -195,7 +195,7 @@ CASES = {
                 pool="decode",
                 role="decode",
                 counter=QUERIES,
-            ): "0+100x30",  # fmt: skip
+            ): "0+100x30",
             _s(
                 KV,
                 instance="10.0.0.2:8090",
@@ -204,7 +204,7 @@ CASES = {
                 pool="decode",
                 role="decode",
                 counter=HITS,
-            ): "0+90x30",  # fmt: skip
+            ): "0+90x30",
         },
         "20m",
         "8m",
