@@ -92,17 +92,10 @@ def standin_trial(workdir: Path) -> tuple[float, float, int, str]:
 
 
 def vllm_trial(workdir: Path, model: Path) -> tuple[float, float, int, str]:
-    from tests.engines.conftest import tiny_vllm_pod, watch_until_ready
-    from tests.engines.test_liveness_vllm import stop_core_mid_request
+    from tests.engines.test_liveness_vllm import busy_pod, stop_core_mid_request
 
-    p = tiny_vllm_pod(workdir, model, render=False)
-    p.env.update({
-        "LLMD_STALL_SECONDS": "600", "LLMD_STEP_SECONDS": str(VLLM_STEP),
-        "LLMD_CHECK_INTERVAL": str(VLLM_INTERVAL), "LLMD_GRACE_SECONDS": "10",
-    })  # fmt: skip
-    p.start()
+    p = busy_pod(workdir, model, VLLM_STEP, VLLM_INTERVAL)
     try:
-        watch_until_ready(p, timeout=600)
         hung, _ = stop_core_mid_request(p)
         return verdict_and_exit(p, hung, VLLM_STEP + 60)
     finally:

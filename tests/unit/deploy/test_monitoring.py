@@ -93,6 +93,11 @@ def _s(name: str, **labels: str) -> str:
     return f"{name}{{{inner}}}"
 
 
+def _decode(counter: str, **labels: str) -> str:
+    """A decode pod's relayed KV-transfer counter."""
+    return _s(KV, source="engine", pool="decode", role="decode", counter=counter, **labels)
+
+
 CASES = {
     "LlmdLauncherStalled": Case(
         {_s("llmd_launcher_forward_stalled", source="engine"): "0 0 1 1"}, "3m", "1m", {"source": "engine"}
@@ -170,14 +175,7 @@ CASES = {
     ),
     # #32: prefill's side channel unreachable: decode counts failed transfers (and is not ended).
     "LlmdLauncherKvTransferFailures": Case(
-        {
-            _s(
-                KV, source="engine", pool="decode", role="decode", counter=NIXL_FAILED
-            ): "0 0 2 4 6 8 10 12 14",
-            _s(
-                KV, source="engine", pool="decode", role="decode", counter=NIXL_XFERS
-            ): "0 5 10 15 20 25 30 35 40",
-        },
+        {_decode(NIXL_FAILED): "0 0 2 4 6 8 10 12 14", _decode(NIXL_XFERS): "0 5 10 15 20 25 30 35 40"},
         "8m",
         "3m",
         {"pool": "decode", "role": "decode"},
@@ -185,26 +183,10 @@ CASES = {
     # Queries grow, hits stay at 0 on decode; a decode pod whose hits grow stays quiet.
     "LlmdLauncherDecodeNoExternalPrefixHits": Case(
         {
-            _s(KV, source="engine", pool="decode", role="decode", counter=QUERIES): "0+100x30",
-            _s(KV, source="engine", pool="decode", role="decode", counter=HITS): "0x30",
-            _s(
-                KV,
-                instance="10.0.0.2:8090",
-                pod="kimi-d-1",
-                source="engine",
-                pool="decode",
-                role="decode",
-                counter=QUERIES,
-            ): "0+100x30",
-            _s(
-                KV,
-                instance="10.0.0.2:8090",
-                pod="kimi-d-1",
-                source="engine",
-                pool="decode",
-                role="decode",
-                counter=HITS,
-            ): "0+90x30",
+            _decode(QUERIES): "0+100x30",
+            _decode(HITS): "0x30",
+            _decode(QUERIES, instance="10.0.0.2:8090", pod="kimi-d-1"): "0+100x30",
+            _decode(HITS, instance="10.0.0.2:8090", pod="kimi-d-1"): "0+90x30",
         },
         "20m",
         "8m",
