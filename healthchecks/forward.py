@@ -365,6 +365,10 @@ class ForwardWatcher(Watcher):
     def not_live(self) -> str | None:
         return self.stalled
 
+    def live_facts(self) -> dict[str, Any]:
+        """The busy bound, so /livez says how long a hang with requests in flight may last."""
+        return {} if self.watch.steps is None else {"step_seconds": self.watch.steps.seconds}
+
     def details(self) -> dict[str, Any]:
         now = self.clock()
         bound = self.watch.steps.seconds if self.watch.steps is not None else None

@@ -166,3 +166,16 @@ def test_a_selector_sums_only_the_samples_holding_its_labels() -> None:
     assert counter_sum(text, prefill) == 576.0
     assert counter_sum(text, ("sglang:realtime_tokens_total",)) == 581.0
     assert counter_sum(text, ('sglang:realtime_tokens_total{mode="nothing"}',)) is None
+
+
+def test_livez_states_the_busy_bound_while_live() -> None:
+    """#32: the bound a hang with requests in flight may last is stated in /livez, not only in the plan."""
+    from dataclasses import replace
+
+    from launcher.contract.plan import StepWatch
+
+    health = PodHealth(Probes(8090, ready=(), started=Check("engine", "engine")))
+    health.attach(NoProcesses())
+    steps = StepWatch(COUNTERS, ("vllm:num_requests_running",), 180.0, "where")
+    health.watchers = (ForwardWatcher(replace(_watch(8000), steps=steps), lambda: True, 1, 1, QuietLog()),)
+    assert health.liveness() == (True, {"live": True, "phase": "starting processes", "step_seconds": 180.0})
