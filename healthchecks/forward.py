@@ -5,9 +5,12 @@ running and its /health at 200 (vLLM 0.32 answers /health from the API server; w
 SIGSTOPped every request hangs until VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, 300 s). What does change
 while an engine works is its own token counters on /metrics. So, per API server:
 
-- the counters moved since the last look: progress, nothing is sent;
-- requests are running or waiting (the plan's busy gauges): busy, nothing is sent (a long prefill
-  holds the counters still, and a canary queued behind it would time out and cut the user's request);
+- the counters moved since the last look: progress, nothing is sent (they are the pod's step
+  signals, by its P/D role: the plan's StepWatch says which and why);
+- requests are running or waiting (the plan's busy gauges): busy, no canary is sent (one queued
+  behind them would time out and cut the user's request). Requests running and no step for the
+  plan's StepWatch.seconds is a stall without a canary: the API server answers /metrics while its
+  engine core hangs in a collective, and a long chunked prefill still moves a step signal;
 - they stood still for `stall_seconds` and it is idle: one canary, the smallest request its runner
   serves, with the engine's own API key and its own deadline. Its answer says:
   - 200: the engine core worked, progress;
