@@ -98,32 +98,45 @@ def busy_pod(workdir: Path, model: Path, step: float, interval: float) -> Launch
     return pod
 
 
-def stop_core_mid_request(pod: LauncherPod) -> tuple[float, threading.Thread]:
+def stop_core_mid_request(pod: LauncherPod, attempts: int = 3) -> tuple[float, threading.Thread]:
     """A streamed completion in flight, then SIGSTOP of the engine core(s) only (the API server keeps
-    answering /health and /metrics). Returns when they were stopped, and the request's thread."""
-    first_token = threading.Event()
+    answering /health and /metrics). Returns when they were stopped, and the request's thread. On a
+    loaded machine the API server may pass on the first token late, after the core has finished the
+    whole request: the engine's own running gauge, read after the stop, says whether one was caught
+    in flight; if not, the core runs again and another request is tried."""
+    for _ in range(attempts):
+        first_token = threading.Event()
 
-    def stream() -> None:
-        body = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 400, "stream": True,
-                "ignore_eos": True, "temperature": 0}  # fmt: skip
-        try:
-            with httpx.stream(
-                "POST", f"http://127.0.0.1:{pod.port}/v1/completions", json=body, timeout=120
-            ) as r:
-                for _ in r.iter_lines():
-                    first_token.set()
-        except httpx.HTTPError:
-            pass
-        first_token.set()
+        def stream(first_token: threading.Event = first_token) -> None:
+            body = {"model": "tiny", "prompt": "Once upon a time", "max_tokens": 400, "stream": True,
+                    "ignore_eos": True, "temperature": 0}  # fmt: skip
+            url = f"http://127.0.0.1:{pod.port}/v1/completions"
+            try:
+                with httpx.stream("POST", url, json=body, timeout=120) as reply:
+                    for _ in reply.iter_lines():
+                        first_token.set()
+            except httpx.HTTPError:
+                pass
+            first_token.set()
 
-    request = threading.Thread(target=stream, daemon=True)
-    request.start()
-    assert first_token.wait(60), pod.output()[-3000:]
-    cores = _engine_cores(pod.pid)
-    assert cores
-    for core in cores:
-        core.send_signal(signal.SIGSTOP)
-    return time.monotonic(), request
+        request = threading.Thread(target=stream, daemon=True)
+        request.start()
+        assert first_token.wait(60), pod.output()[-3000:]
+        cores = _engine_cores(pod.pid)
+        assert cores
+        for core in cores:
+            core.send_signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        metrics = httpx.get(f"http://127.0.0.1:{pod.port}/metrics", timeout=10).text
+        if any(
+            line.startswith("vllm:num_requests_running{") and float(line.rsplit(" ", 1)[1]) >= 1
+            for line in metrics.splitlines()
+        ):
+            return stopped, request
+        for core in cores:  # the request had finished: run again, try another
+            core.send_signal(signal.SIGCONT)
+        request.join(60)
+    raise AssertionError(f"no request caught in flight in {attempts} attempts: {pod.output()[-3000:]}")
 
 
 @pytest.mark.stops_shared_vllm
