@@ -14,15 +14,29 @@ if TYPE_CHECKING:
 
 def counter_sum(text: str, names: tuple[str, ...]) -> float | None:
     """The sum of the named samples over all their label sets; None when none is exposed. Names are
-    sample names (`vllm:request_success_total`), so `_created` samples and comments never count."""
+    sample names (`vllm:request_success_total`), so `_created` samples and comments never count; a
+    name may select label values: `sglang:realtime_tokens_total{mode="decode"}` sums only the samples
+    whose labels hold `mode="decode"`."""
+    wanted: dict[str, list[tuple[str, ...]]] = {}
+    for selector in names:
+        name, _, labels = selector.partition("{")
+        wanted.setdefault(name, []).append(tuple(filter(None, labels.rstrip("}").split(","))))
+    prefixes = tuple(wanted)
     total, found = 0.0, False
     for line in text.splitlines():
-        if line.startswith(names) and line.split("{", 1)[0].split(" ", 1)[0] in names:
-            try:
-                total += float(line.rsplit(" ", 1)[1])
-            except (IndexError, ValueError):
-                continue
-            found = True
+        if not line.startswith(prefixes):
+            continue
+        selectors = wanted.get(line.split("{", 1)[0].split(" ", 1)[0])
+        if selectors is None:
+            continue
+        labels = line.split("}", 1)[0] if "{" in line else ""
+        if not any(all(pair in labels for pair in pairs) for pairs in selectors):
+            continue
+        try:
+            total += float(line.rsplit(" ", 1)[1])
+        except (IndexError, ValueError):
+            continue
+        found = True
     return total if found else None
 
 

@@ -5,9 +5,12 @@ running and its /health at 200 (vLLM 0.32 answers /health from the API server; w
 SIGSTOPped every request hangs until VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS, 300 s). What does change
 while an engine works is its own token counters on /metrics. So, per API server:
 
-- the counters moved since the last look: progress, nothing is sent;
-- requests are running or waiting (the plan's busy gauges): busy, nothing is sent (a long prefill
-  holds the counters still, and a canary queued behind it would time out and cut the user's request);
+- the counters moved since the last look: progress, nothing is sent (they are the pod's step
+  signals, by its P/D role: the plan's StepWatch says which and why);
+- requests are running or waiting (the plan's busy gauges): busy, no canary is sent (one queued
+  behind them would time out and cut the user's request). Requests running and no step for the
+  plan's StepWatch.seconds is a stall without a canary: the API server answers /metrics while its
+  engine core hangs in a collective, and a long chunked prefill still moves a step signal;
 - they stood still for `stall_seconds` and it is idle: one canary, the smallest request its runner
   serves, with the engine's own API key and its own deadline. Its answer says:
   - 200: the engine core worked, progress;
@@ -43,7 +46,14 @@ from typing import TYPE_CHECKING, Any, Literal
 from prometheus_client.core import Metric
 
 from healthchecks.engine_metrics import read_sums
-from healthchecks.metrics import FORWARD_CANARIES, FORWARD_LAST_PROGRESS, FORWARD_STALLED, wall_time
+from healthchecks.metrics import (
+    ENGINE_KV_TRANSFER,
+    FORWARD_CANARIES,
+    FORWARD_LAST_PROGRESS,
+    FORWARD_LAST_STEP,
+    FORWARD_STALLED,
+    wall_time,
+)
 from healthchecks.watcher import Watcher
 from launcher.contract.exits import STALLED
 from launcher.contract.log import Log
@@ -56,6 +66,7 @@ if TYPE_CHECKING:
 
 CANARY_AGENT = "llm-d-launcher-canary"  # so the engine's access log says who sent it
 Outcome = Literal["ok", "failed", "refused"]
+Counts = tuple[float | None, ...]  # one value per sample selector (None: not exposed)
 OUTCOMES: tuple[Outcome, ...] = ("ok", "failed", "refused")
 
 
@@ -108,8 +119,11 @@ class CanaryAnswer:
 @dataclass
 class SourceState:
     source: ProgressSource
-    tokens: float | None = None  # the counters' sum at the last look (None: not read yet)
+    tokens: Counts | None = None  # the counters at the last look (None: not read yet)
     progress_at: float | None = None  # when they last moved, or a canary came back
+    step_at: float | None = None  # when the engine last made a step, or last had none to make
+    running: float | None = None  # requests being stepped, as the latest answered /metrics said
+    transfer: Counts = ()  # the connector's KV-transfer counters, as the latest answered /metrics said
     canaried_at: float | None = None  # when the latest canary came back, answered or refused
     read: str = "not read yet"  # the latest /metrics outcome
     busy: bool = False  # the latest answered /metrics said requests were running or waiting
@@ -117,14 +131,19 @@ class SourceState:
     canary: str = "none sent"  # the latest canary's outcome
     canaries: Counter[str] = field(default_factory=Counter)  # by outcome: ok, failed, refused
 
-    def as_dict(self, now: float) -> dict[str, Any]:
+    def as_dict(self, now: float, step_seconds: float | None) -> dict[str, Any]:
         since = None if self.progress_at is None else round(now - self.progress_at, 1)
-        return {
+        out = {
             "port": self.source.port,
             "seconds_since_progress": since,
             "metrics": self.metrics_outcome(now),
             "canary": self.canary,
         }
+        if step_seconds is not None:
+            out["requests_running"] = self.running
+            out["seconds_since_step"] = None if self.step_at is None else round(now - self.step_at, 1)
+            out["step_seconds"] = step_seconds
+        return out
 
     def metrics_outcome(self, now: float) -> str:
         if self.unanswered_since is None:
@@ -144,10 +163,12 @@ class ForwardWatcher(Watcher):
         log: Log,
         api_key: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        pool: str = "",
     ) -> None:
         """started(): whether start-up has ended; timeout: for reading /metrics (the canary has its own);
-        api_key: engine_api_key's answer, sent as a Bearer token."""
-        self.watch = watch
+        api_key: engine_api_key's answer, sent as a Bearer token; pool: the pod's, a label of the
+        relayed KV-transfer counters."""
+        self.watch, self.pool = watch, pool
         self.states = [SourceState(s) for s in watch.sources]
         self.started, self.interval, self.timeout = started, interval, timeout
         self.log, self.clock = log, clock
@@ -180,7 +201,7 @@ class ForwardWatcher(Watcher):
         tick is judged without counters, and the next tick waits for the same read. Only a canary
         holds the ticks: its answer is the judgement."""
         loop = asyncio.get_running_loop()
-        reading: asyncio.Future[float | None] | None = None
+        reading: asyncio.Future[Counts | None] | None = None
         began = 0.0
         try:
             while True:
@@ -216,19 +237,20 @@ class ForwardWatcher(Watcher):
         assert state.progress_at is not None
         return max(state.progress_at, state.canaried_at or state.progress_at)
 
-    async def check(self, session: ClientSession, state: SourceState, tokens: float | None) -> None:
-        """One tick's judgement; tokens: the counters' sum read this tick (None: no answer, not yet
-        or not at all, or none exposed)."""
+    async def check(self, session: ClientSession, state: SourceState, tokens: Counts | None) -> None:
+        """One tick's judgement; tokens: the counters read this tick (None: no answer, not yet or not
+        at all)."""
         now = self.clock()
-        if state.progress_at is None or (tokens is not None and tokens != state.tokens):
-            state.progress_at = now  # the first look starts the clock: start-up just ended
+        moved = tokens is not None and any(v is not None for v in tokens) and tokens != state.tokens
+        if state.progress_at is None or moved:
+            state.progress_at = state.step_at = now  # the first look starts the clock: start-up just ended
             state.tokens = tokens if tokens is not None else state.tokens
             return
-        if (
-            now - self._window_began(state) < self.watch.stall_seconds
-            or self.stalled is not None
-            or state.busy
-        ):
+        if self.stalled is not None:
+            return
+        if self._judge_steps(state, now):
+            return
+        if now - self._window_began(state) < self.watch.stall_seconds or state.busy:
             return
         answer = await self._canary(session, state.source.port)
         state.canary, state.canaried_at = answer.detail, self.clock()
@@ -249,6 +271,30 @@ class ForwardWatcher(Watcher):
             if answer.excerpt:
                 self.log.warning("canary failed", source=state.source.name, answer=answer.excerpt)
 
+    def _judge_steps(self, state: SourceState, now: float) -> bool:
+        """A busy engine judged by its steps: requests running (as the latest answer said) and no step
+        for the bound is a stall; nothing running restarts the clock (there is no step to make). True
+        when the verdict is given."""
+        steps = self.watch.steps
+        if steps is None or state.step_at is None or state.tokens is None:
+            return False
+        if not any(v is not None for v in state.tokens):  # the engine exposes no step signal
+            return False
+        if not state.running:
+            state.step_at = now
+            return False
+        still = now - state.step_at
+        if still < steps.seconds:
+            return False
+        self.stalled_source = state.source.name
+        self.stalled = STALLED.says(
+            detail=f"{state.source.name} (:{state.source.port}) has {state.running:g} request(s) running and "
+            f"made no engine step for {still:.0f} s, over the bound of {steps.seconds:g} s "
+            f"(LLMD_STEP_SECONDS; {' / '.join(self.watch.counters)} still; /metrics: "
+            f"{state.metrics_outcome(now)})"
+        )
+        return True
+
     def _tell(self, state: SourceState, status: int, excerpt: str) -> None:
         """Once per status: the canary is wrong, what fixes it. Never a stall."""
         if status in self.told:
@@ -261,19 +307,31 @@ class ForwardWatcher(Watcher):
             answer=excerpt,
         )
 
-    async def _read(self, session: ClientSession, state: SourceState) -> float | None:
-        """The token counters' sum (None: not exposed or not read); notes in the state whether
-        requests are running or waiting (a read that failed says no)."""
-        (tokens, requests), failed = await read_sums(
-            session, "127.0.0.1", state.source.port, (self.watch.counters, self.watch.busy), self.timeout
+    async def _read(self, session: ClientSession, state: SourceState) -> Counts | None:
+        """The counters (None: not read); notes in the state whether requests are running or waiting
+        (a read that failed says no), how many run, and the connector's KV-transfer counters."""
+        watch = self.watch
+        running = watch.steps.running if watch.steps is not None else ()
+        groups = (
+            (watch.busy, running),
+            tuple((c,) for c in watch.counters),
+            tuple((c,) for c in watch.kv_transfer),
         )
+        sums, failed = await read_sums(
+            session, "127.0.0.1", state.source.port, tuple(g for part in groups for g in part), self.timeout
+        )
+        requests, in_step, tokens = sums[0], sums[1], sums[2 : 2 + len(watch.counters)]
         state.busy = requests is not None and requests > 0
         if failed is not None:
             state.read = failed
-        else:
-            state.read = "no token counters" if tokens is None else f"{tokens:.0f} tokens"
-            if state.busy:
-                state.read += f", {requests:g} requests running or waiting"
+            return None
+        if running:
+            state.running = in_step or 0.0
+        state.transfer = sums[2 + len(watch.counters) :]
+        exposed = [v for v in tokens if v is not None]
+        state.read = f"{sum(exposed):.0f} tokens" if exposed else "no token counters"
+        if state.busy:
+            state.read += f", {requests:g} requests running or waiting"
         return tokens
 
     async def _canary(self, session: ClientSession, port: int) -> CanaryAnswer:
@@ -310,22 +368,33 @@ class ForwardWatcher(Watcher):
     def not_live(self) -> str | None:
         return self.stalled
 
+    def live_facts(self) -> dict[str, Any]:
+        """The busy bound, so /livez says how long a hang with requests in flight may last."""
+        return {} if self.watch.steps is None else {"step_seconds": self.watch.steps.seconds}
+
     def details(self) -> dict[str, Any]:
         now = self.clock()
-        return {s.source.name: s.as_dict(now) for s in self.states}
+        bound = self.watch.steps.seconds if self.watch.steps is not None else None
+        return {s.source.name: s.as_dict(now, bound) for s in self.states}
 
     def metrics(self) -> Iterator[Metric]:
         progress, stalled = FORWARD_LAST_PROGRESS.family(), FORWARD_STALLED.family()
-        canaries = FORWARD_CANARIES.family()
+        canaries, step = FORWARD_CANARIES.family(), FORWARD_LAST_STEP.family()
+        transfer = ENGINE_KV_TRANSFER.family()
         now = self.clock()
         for state in self.states:
             name = [state.source.name]
             if state.progress_at is not None:
                 progress.add_metric(name, wall_time(state.progress_at, now))
+            if state.step_at is not None and self.watch.steps is not None:
+                step.add_metric(name, wall_time(state.step_at, now))
             stalled.add_metric(name, float(self.stalled_source == state.source.name))
             for outcome in OUTCOMES:
                 canaries.add_metric([state.source.name, outcome], state.canaries[outcome])
-        yield from (progress, stalled, canaries)
+            for counter, value in zip(self.watch.kv_transfer, state.transfer, strict=False):
+                if value is not None:
+                    transfer.add_metric([state.source.name, self.pool, self.watch.role, counter], value)
+        yield from (progress, step, stalled, canaries, transfer)
 
 
 async def _cancel(tasks: Iterable[asyncio.Future[Any]]) -> None:

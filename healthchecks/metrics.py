@@ -130,6 +130,21 @@ FORWARD_LAST_PROGRESS = MetricSpec(
     "Unix time the engine's token counters last moved or a canary came back",
     ("source",),
 )
+FORWARD_LAST_STEP = MetricSpec(
+    "forward_last_step_timestamp_seconds",
+    "gauge",
+    "Unix time the engine last made a step (its per-step signals moved) or had no request running; "
+    "requests running and this older than LLMD_STEP_SECONDS is a stall",
+    ("source",),
+)
+ENGINE_KV_TRANSFER = MetricSpec(
+    "engine_kv_transfer",
+    "counter",
+    "the engine's KV-connector counters (the plan names them: failed transfers and notifications, "
+    "expired KV, transfers, store operations and failed keys, connector prefix-cache queries and hits "
+    "in tokens), relayed from its /metrics by the forward-progress watch",
+    ("source", "pool", "role", "counter"),
+)
 FORWARD_STALLED = MetricSpec("forward_stalled", "gauge", "1 once the engine is judged stalled", ("source",))
 FORWARD_CANARIES = MetricSpec(
     "forward_canaries",
@@ -235,7 +250,9 @@ METRICS = (
     KV_CACHE_IDENTITY,
     KV_EVENT_MALFORMED,
     FORWARD_LAST_PROGRESS,
+    FORWARD_LAST_STEP,
     FORWARD_STALLED,
+    ENGINE_KV_TRANSFER,
     FORWARD_CANARIES,
     PEER_UP,
     PEER_LAST_ANSWER,

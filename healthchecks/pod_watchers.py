@@ -52,7 +52,15 @@ def build_watchers(
         # The engine's environment as the supervisor spawns it: the pod's, then the plan's.
         key = engine_api_key(probes.forward.canary, {**os.environ, **plan.engine.env})
         watchers.append(
-            ForwardWatcher(probes.forward, serving, settings.check_interval, settings.check_timeout, log, key)
+            ForwardWatcher(
+                probes.forward,
+                serving,
+                settings.check_interval,
+                settings.check_timeout,
+                log,
+                key,
+                pool=plan.role.pool,
+            )
         )
     if probes.peers:
         from healthchecks.peers import PeerWatcher

@@ -240,7 +240,8 @@ class PodHealth:
                 # Reaped, but the supervisor's loop may not have handled the exit yet.
                 if state.spec.critical and state.pid is not None and not state.running:
                     return False, {"live": False, "reason": f"{state.name} exited ({state.last_exit})"}
-        return True, {"live": True, "phase": self.phase}
+        facts = {k: v for watcher in self.watchers for k, v in watcher.live_facts().items()}
+        return True, {"live": True, "phase": self.phase, **facts}
 
     def readiness(self) -> Answer:
         phase = self.phase

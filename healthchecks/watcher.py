@@ -38,6 +38,10 @@ class Watcher(Protocol):
         """Its answer to a readiness check of the plan it owns (KV events flowing); None: not its check."""
         return None
 
+    def live_facts(self) -> dict[str, Any]:
+        """What /livez states while live: settled facts, never changing with time (a bound)."""
+        return {}
+
     def details(self) -> dict[str, Any]:
         """What it sees, for people (/livez when it objects, /kvevents)."""
         return {}

@@ -214,6 +214,20 @@ def _probes_dict(probes: Probes) -> dict[str, Any]:
     }
 
 
+def _steps_line(watch: ProgressWatch) -> str:
+    """How a busy engine is judged, and by which counters of its P/D role."""
+    if watch.steps is None:
+        return (
+            f"  busy ({watch.role}): not judged (LLMD_STEP_SECONDS=0): a hang with requests in flight "
+            "is never told"
+        )
+    steps = watch.steps
+    return (
+        f"  busy ({watch.role}): {' / '.join(steps.running)} > 0 and no step ({' / '.join(steps.signals)} "
+        f"still) for {steps.seconds:g} s (LLMD_STEP_SECONDS): stalled, exit 5, no canary"
+    )
+
+
 def _forward_dict(watch: ProgressWatch) -> dict[str, Any]:
     canary = watch.canary
     return {
@@ -231,6 +245,16 @@ def _forward_dict(watch: ProgressWatch) -> dict[str, Any]:
         "stall_seconds": watch.stall_seconds,
         "canary_seconds": watch.canary_seconds,
         "covers": list(watch.covers),
+        "role": watch.role,
+        "steps": None
+        if watch.steps is None
+        else {
+            "signals": list(watch.steps.signals),
+            "running": list(watch.steps.running),
+            "seconds": watch.steps.seconds,
+            "source": watch.steps.why,
+        },
+        "kv_transfer": list(watch.kv_transfer),
     }
 
 
@@ -379,6 +403,12 @@ def _probes_text(probes: Probes) -> list[str]:
             f"with {key} within {watch.canary_seconds:g} s, else (a timeout, no connection, a 5xx) "
             f"stalled: /livez 503, exit 5; a 4xx is a wrong canary, logged once, never a stall{covers}"
         )
+        out.append(_steps_line(watch))
+        if watch.kv_transfer:
+            out.append(
+                f"  KV transfer: {' / '.join(watch.kv_transfer)} relayed into /metrics "
+                "(llmd_launcher_engine_kv_transfer_total, with pool and role)"
+            )
     elif probes.forward_watched_by:
         out.append(
             f"  forward progress: watched by the {probes.forward_watched_by}'s launcher (this pod serves "

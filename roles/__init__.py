@@ -75,6 +75,7 @@ def build_plan(
         leader_name=settings.leader_address,
         stall_seconds=settings.stall_seconds,
         canary_seconds=settings.canary_seconds,
+        step_seconds=settings.step_seconds,
         startup_seconds=settings.startup_seconds,
     )
     plan = family.build(ctx, derived.pool)

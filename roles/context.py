@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from launcher.config.defaults import PROBE_PORT
 from launcher.config.recipe import ArgValue, Recipe
@@ -34,6 +35,9 @@ from roles.flags import (
 )
 from roles.probes import build_probes
 
+if TYPE_CHECKING:
+    from roles.engines.family import EngineFamily
+
 EXTRA_ARGS = "LLMD_EXTRA_ARGS"
 
 
@@ -56,6 +60,7 @@ class BuildContext:
     allow_flags: frozenset[str]  # unknown flags let through (LLMD_ALLOW_FLAGS)
     stall_seconds: float  # token counters still this long: canary (0: no forward-progress watch)
     canary_seconds: float
+    step_seconds: float  # requests running and no engine step this long: stalled (0: not judged)
     startup_seconds: float  # the launcher's start-up deadline (0: none)
 
     @property
@@ -76,13 +81,28 @@ class BuildContext:
         return merged
 
     def progress_watch(
-        self, sources: list[ProgressSource], counters: tuple[str, ...], busy: tuple[str, ...], canary: Canary
+        self,
+        sources: list[ProgressSource],
+        family: EngineFamily[Any],
+        pd_role: str,
+        canary: Canary,
+        kv_transfer: tuple[str, ...] = (),
     ) -> ProgressWatch | None:
-        """The forward-progress watch of a serving engine; None when LLMD_STALL_SECONDS is 0."""
-        if self.stall_seconds <= 0 or not sources:
+        """The forward-progress watch of a serving engine in its P/D role (roles/engines/family.py
+        DECODE, PREFILL, BOTH): the counters it watches are the role's step signals; None when
+        LLMD_STALL_SECONDS is 0."""
+        if self.stall_seconds <= 0 or not sources or family.steps is None:
             return None
         return ProgressWatch(
-            tuple(sources), counters, canary, self.stall_seconds, self.canary_seconds, busy=busy
+            tuple(sources),
+            family.steps.signals(pd_role),
+            canary,
+            self.stall_seconds,
+            self.canary_seconds,
+            busy=family.busy_gauges,
+            role=pd_role,
+            steps=family.steps.watch(pd_role, self.step_seconds),
+            kv_transfer=kv_transfer,
         )
 
     def startup_env(self, name: str | None) -> dict[str, str]:

@@ -403,6 +403,16 @@ class Settings(BaseSettings):
         fix="give a positive number of seconds",
         gt=0,
     )
+    step_seconds: float = setting(
+        180.0,
+        "requests running on a serving engine and no step of its scheduler (the per-step signals on its "
+        "/metrics, named in the plan) this long: stalled, the pod ends, exit 5, no canary needed. The "
+        "default outlasts one step at the recipe's max-num-batched-tokens and a first-time kernel "
+        "compile, and tells a hang before the engine's own execute-model timeout (300 s, multi-GPU "
+        "engines only; docs/probes-and-watchers.md) (0: busy time is not judged)",
+        fix="give a number of seconds, or 0 to judge no busy engine",
+        ge=0,
+    )
     startup_seconds: float = setting(
         2700.0,
         "start-up not ended this long after launch ends the pod, exit 6, naming the phase it was stuck in; "

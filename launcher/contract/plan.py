@@ -120,12 +120,26 @@ class Canary:
 
 
 @record
+class StepWatch:
+    """A busy engine judged by its steps: while requests run, the samples in `signals` move on every
+    engine step that does this role's work (healthchecks/forward.py). Requests running and none of them
+    moved for `seconds`: stalled, no canary needed. Only running requests count: a request waiting
+    (queued, or for its KV from a P/D peer) makes no step of this engine's."""
+
+    signals: tuple[str, ...]  # sample selectors (`name` or `name{label="value"}`) that move per step
+    running: tuple[str, ...]  # gauges of the requests the engine is stepping: > 0 is in flight
+    seconds: float  # the bound: requests running and no step this long is a stall
+    why: str  # where the signals come from, for the plan (engine, file, what each counts)
+
+
+@record
 class ProgressWatch:
     """Forward progress of the serving engine (healthchecks/forward.py). The engine's own token
     counters must advance; when they have not for `stall_seconds` and no request is running or
     waiting (`busy`), one canary must come back within `canary_seconds`, or the engine is stalled and
-    the pod ends. A canary the engine refuses (4xx) is wrong, not a stall. Headless workers have no
-    API: a stalled worker stops the leader's steps, so the leader's watch covers them (`covers`)."""
+    the pod ends; while requests run, `steps` judges. A canary the engine refuses (4xx) is wrong, not
+    a stall. Headless workers have no API: a stalled worker stops the leader's steps, so the leader's
+    watch covers them (`covers`)."""
 
     sources: tuple[ProgressSource, ...]
     counters: tuple[str, ...]  # the engine's token counters, as named on its /metrics
@@ -134,6 +148,10 @@ class ProgressWatch:
     canary_seconds: float
     busy: tuple[str, ...] = ()  # its /metrics gauges of running and waiting requests: > 0 is busy
     covers: tuple[str, ...] = ()  # the group's headless pods whose stall this watch sees
+    role: str = "prefill and decode"  # the pod's part in P/D, whose work the counters follow
+    steps: StepWatch | None = None  # a busy engine's judge (None: busy time is not judged)
+    # KV-transfer counters of the engine's connector, relayed into the launcher's /metrics by name
+    kv_transfer: tuple[str, ...] = ()
 
 
 @record

@@ -14,7 +14,7 @@ import stat
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -205,6 +205,33 @@ def check_proc(proc: str = "/proc") -> list[Problem]:
             )
         ]
     return []
+
+
+def check_canary_key(plan: Plan, environ: Mapping[str, str]) -> list[Problem]:
+    """The key the forward-progress canary sends must fit an HTTP header: Latin-1, no control
+    characters (a Secret made from a file keeps its trailing newline). No client could send such a
+    key to the engine either. The problem names the variable, never its value."""
+    watch = plan.probes.forward
+    if watch is None or watch.canary.api_key_env is None:
+        return []
+    name = watch.canary.api_key_env
+    key = {**environ, **plan.engine.env}.get(name) or ""
+    try:
+        key.encode("latin-1")
+        fits = not any(ord(c) < 0x20 or ord(c) == 0x7F for c in key)
+    except UnicodeEncodeError:
+        fits = False
+    if fits:
+        return []
+    return [
+        Problem(
+            name,
+            "holds a character no HTTP header can carry (a control character such as a trailing newline, "
+            "or one outside Latin-1), so neither the canary nor any client can send it",
+            f"remove it from {name} (a Secret from a file: create it without the trailing newline, "
+            "e.g. `kubectl create secret generic --from-literal`)",
+        )
+    ]
 
 
 def check_model(plan: Plan) -> list[Problem]:
@@ -451,6 +478,7 @@ async def run_preflight(
 
     problems: list[Problem] = []
     problems += await _bounded("/proc", check_proc)
+    problems += check_canary_key(plan, os.environ)
     problems += await _bounded("model path", check_model, plan)
     problems += await _bounded("binaries", check_binaries, plan, bin_path)
     problems += await _bounded("runtime directory", check_runtime_dir, plan, runtime_dir)

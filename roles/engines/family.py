@@ -12,7 +12,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import field
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-from launcher.contract.plan import MemoryItem, PhasePattern, Plan, RdmaNeed, StartupOutput, StoreMaster
+from launcher.contract.plan import (
+    MemoryItem,
+    PhasePattern,
+    Plan,
+    RdmaNeed,
+    StartupOutput,
+    StepWatch,
+    StoreMaster,
+)
 from launcher.contract.record import record
 
 if TYPE_CHECKING:
@@ -53,6 +61,33 @@ class PhaseLines:
         return release(self.since) <= release(version) < release(self.before)
 
 
+DECODE, PREFILL, BOTH = "decode", "prefill", "prefill and decode"  # a pod's part in P/D (StepWatch.role)
+
+
+@record
+class StepSignals:
+    """What moves on every step of an engine's scheduler, by the work the step does, read from its
+    source (`source`, for the plan). A decode pod watches only its decode signals (its prompt side may
+    move while decode is deadlocked), a prefill pod in P/D its prefill ones, any other pod both."""
+
+    decode: tuple[str, ...]
+    prefill: tuple[str, ...]
+    running: tuple[str, ...]  # gauges of the requests being stepped
+    source: str
+
+    def signals(self, role: str) -> tuple[str, ...]:
+        """The signals of the work a pod of this P/D role does."""
+        return {DECODE: self.decode, PREFILL: self.prefill}.get(role) or tuple(
+            dict.fromkeys((*self.decode, *self.prefill))
+        )
+
+    def watch(self, role: str, seconds: float) -> StepWatch | None:
+        """The pod's StepWatch (None when seconds is 0: busy time is not judged)."""
+        if seconds <= 0:
+            return None
+        return StepWatch(self.signals(role), self.running, seconds, self.source)
+
+
 @record
 class EngineFamily(Generic[P]):
     name: str  # how the dry-run names the engine whose output it reads
@@ -74,8 +109,8 @@ class EngineFamily(Generic[P]):
     host_ip_var: str | None = None  # the engine's own "my IP" variable, set to POD_IP
     # --kv-transfer-config connector class -> (the module the engine imports for it, its package)
     connector_modules: Mapping[str, tuple[str, str]] = field(default_factory=dict)
-    token_counters: tuple[str, ...] = ()  # its /metrics counters that move while it generates
     busy_gauges: tuple[str, ...] = ()  # its /metrics gauges of running and waiting requests
+    steps: StepSignals | None = None  # what moves on each of its steps (None: none exposed)
     # The environment variable it reads the API key it enforces from (None: only a flag, which the
     # launcher keeps off argv); the forward-progress canary sends that key.
     api_key_env: str | None = None

@@ -23,7 +23,7 @@ from launcher.contract.plan import (
 from roles.args import Arg, arg, flag_key
 from roles.context import BuildContext, owned_flags
 from roles.engines.disagg_sidecar import SIDECAR_OWNED, disagg_sidecar
-from roles.engines.family import EngineFamily, PhaseLines
+from roles.engines.family import BOTH, DECODE, PREFILL, EngineFamily, PhaseLines, StepSignals
 from roles.probes import completion_body, pooling_body
 from roles.sizes import size_of
 
@@ -96,8 +96,8 @@ def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
         processes.append(disagg_sidecar(pool.disagg_sidecar, pool.port, range(1), ctx))
     watch = ctx.progress_watch(
         [ProgressSource("engine", pool.port)],
-        SGLANG.token_counters,
-        SGLANG.busy_gauges,
+        SGLANG,
+        pd_role(pool),
         _canary(pool, model.served_name or model.path),
     )
     return ctx.plan(
@@ -108,6 +108,12 @@ def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
         progress=SGLANG.startup_output(ctx.engine_release),
         forward=watch,
     )
+
+
+def pd_role(pool: SglangPool) -> str:
+    """The pod's part in P/D: SGLang's --disaggregation-mode (prefill, decode; null: both)."""
+    mode = {flag_key(k): v for k, v in pool.args.items()}.get("disaggregation-mode")
+    return {"decode": DECODE, "prefill": PREFILL}.get(str(mode), BOTH)
 
 
 def _canary(pool: SglangPool, model: str) -> Canary:
@@ -155,8 +161,20 @@ SGLANG = EngineFamily(
     "pods sharing /dev/shm without sharing the network hang forever in TP init",
     # On the leader's /metrics, present only with --enable-metrics (SGLang 0.5.23
     # srt/observability/metrics_collector.py).
-    token_counters=("sglang:generation_tokens_total", "sglang:prompt_tokens_total"),
     busy_gauges=("sglang:num_running_reqs", "sglang:num_queue_reqs"),  # metrics_collector.py too
+    steps=StepSignals(
+        decode=('sglang:realtime_tokens_total{mode="decode"}',),
+        prefill=(
+            'sglang:realtime_tokens_total{mode="prefill_compute"}',
+            'sglang:realtime_tokens_total{mode="prefill_cache"}',
+        ),
+        running=("sglang:num_running_reqs",),
+        source="SGLang 0.5.22/0.5.23: realtime_tokens_total (srt/observability/metrics_collector.py "
+        "increment_realtime_tokens) grows on every decode iteration and every prefill batch, chunk by "
+        "chunk (srt/managers/scheduler_components/metrics_reporter.py report_decode_stats 'Every-iteration "
+        "work', report_prefill_stats); prompt_tokens_total and generation_tokens_total count a request "
+        "only when it finishes (observe_one_finished_request), so they stand still through any long request",
+    ),
     # SGLang 0.5.23 srt/distributed/bootstrap.py (init_parallel_runtime), model_runner.py,
     # cuda_graph_setup.py; the same lines in 0.5.22 (both start-up logs on CPU).
     startup_phases=(

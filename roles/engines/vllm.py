@@ -36,7 +36,7 @@ from roles import topology
 from roles.args import Arg, arg, args_from, flag_key, flatten, to_json
 from roles.context import BuildContext, owned_flags
 from roles.engines.disagg_sidecar import SIDECAR_OWNED, disagg_sidecar
-from roles.engines.family import EngineFamily, PhaseLines
+from roles.engines.family import BOTH, DECODE, PREFILL, EngineFamily, PhaseLines, StepSignals
 from roles.engines.mooncake import MOONCAKE_CONFIG_ENV, MOONCAKE_GID_ENV, mooncake_master
 from roles.engines.vllm_connectors import (
     kv_events_ipc,
@@ -178,9 +178,10 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
         kv_events=_kv_events_watch(pool, ctx, kv_identity(engine)) if serves else None,
         forward=ctx.progress_watch(
             _progress_sources(pool, ctx),
-            VLLM.token_counters,
-            VLLM.busy_gauges,
+            VLLM,
+            pd_role(pool),
             _canary(pool, model.served_name or model.path),
+            kv_transfer_counters(pool),
         ),
     )
 
@@ -427,6 +428,47 @@ def _transfer_configs(argv: tuple[str, ...] | list[str]) -> dict[str, str]:
     return found
 
 
+def pd_role(pool: VllmPool) -> str:
+    """The pod's part in P/D, from its connectors' kv_role: only consumers (decode) or only producers
+    (prefill); kv_both, a mix or no connector does both."""
+    configs = transfer_connectors(pool.args.get("kv-transfer-config", pool.args.get("kv_transfer_config")))
+    roles = {str(c["kv_role"]) for c in configs if c.get("kv_role")}
+    if len(roles) > 1:  # a MultiConnector: its NIXL child names the P/D part (kv_both saves and loads)
+        roles = {str(c.get("kv_role")) for c in configs if c.get("kv_connector") == "NixlConnector"}
+    return {frozenset({"kv_consumer"}): DECODE, frozenset({"kv_producer"}): PREFILL}.get(
+        frozenset(roles), BOTH
+    )
+
+
+# The KV-transfer counters each connector exposes on the API server's /metrics (vLLM 0.32.0
+# distributed/kv_transfer/kv_connector/v1/nixl/stats.py NixlPromMetrics: failed transfers include
+# handshake and notification failures; mooncake/store/metrics.py), and the connector prefix cache's
+# (v1/metrics/loggers.py: external_prefix_cache_*, tokens asked of and found by the connector).
+KV_TRANSFER_COUNTERS = {
+    "NixlConnector": (
+        "vllm:nixl_num_failed_transfers_total",
+        "vllm:nixl_num_failed_notifications_total",
+        "vllm:nixl_num_kv_expired_reqs_total",
+        "vllm:nixl_xfer_time_seconds_count",
+    ),
+    "MooncakeStoreConnector": (
+        "vllm:mooncake_store_operation_total",
+        "vllm:mooncake_store_operation_failed_keys_total",
+    ),
+}
+EXTERNAL_PREFIX_COUNTERS = (
+    "vllm:external_prefix_cache_queries_total",
+    "vllm:external_prefix_cache_hits_total",
+)
+
+
+def kv_transfer_counters(pool: VllmPool) -> tuple[str, ...]:
+    """The counters the launcher relays for the pool's connectors (none without one)."""
+    configs = transfer_connectors(pool.args.get("kv-transfer-config", pool.args.get("kv_transfer_config")))
+    names = [n for c in configs for n in KV_TRANSFER_COUNTERS.get(str(c.get("kv_connector")), ())]
+    return tuple(dict.fromkeys([*names, *EXTERNAL_PREFIX_COUNTERS])) if names else ()
+
+
 def store_master(pool: VllmPool, where: str) -> StoreMaster | None:
     """The master MooncakeStoreConnector's embedded client (one per worker) registers its segment with.
     After a master restart the client mounts its segment again by itself but does not publish its
@@ -463,8 +505,20 @@ VLLM = EngineFamily(
         "NixlConnector": ("nixl", "nixl"),
     },
     # Every API server exposes these on /metrics (vLLM 0.32.0 vllm/v1/metrics/loggers.py).
-    token_counters=("vllm:generation_tokens_total", "vllm:prompt_tokens_total"),
     busy_gauges=("vllm:num_requests_running", "vllm:num_requests_waiting"),
+    steps=StepSignals(
+        decode=("vllm:generation_tokens_total",),
+        prefill=("vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:kv_cache_usage_perc"),
+        running=("vllm:num_requests_running",),
+        source="vLLM 0.32.0/0.33.0: the engine core sends scheduler stats on every step "
+        "(v1/core/sched/scheduler.py update_from_output: 'We must return the stats even if there are no "
+        "request outputs this step') and the API server records each (v1/engine/async_llm.py "
+        "output_handler, v1/metrics/loggers.py PrometheusStatLogger.record): generation tokens move on "
+        "every step that decodes; prompt tokens count a whole prompt once, when its first token comes "
+        "(v1/metrics/stats.py IterationStats.update_from_output), and iteration_tokens_total is observed "
+        "only on steps with outputs, so neither moves during a chunked prefill; kv_cache_usage_perc is set "
+        "every step and moves with each prefill chunk's new blocks",
+    ),
     # vLLM 0.32 entrypoints/serve/middleware/register.py: tokens = args.api_key or [envs.VLLM_API_KEY]
     # (the launcher refuses --api-key on argv, so the env is the one way a key reaches the engine).
     api_key_env="VLLM_API_KEY",

@@ -126,6 +126,26 @@ def _metrics(run: GroupRun, index: int, port: int) -> str:
     return httpx.get(f"http://{_ip(run, index)}:{port}/metrics", timeout=10).text
 
 
+def _launcher_kv_transfer(run: GroupRun, index: int, counter: str, wait: float = 10.0) -> float | None:
+    """The pod's relayed KV-transfer counter (pool decode, role decode) once it is above 0 (the watch
+    reads the engine's /metrics every check interval), or its last value after `wait` seconds."""
+    pod = run.pods()[index]
+    wanted = (f'counter="{counter}"', 'pool="decode"', 'role="decode"')
+    until, value = time.monotonic() + wait, None
+    while time.monotonic() < until:
+        text = httpx.get(f"http://{pod['ip']}:{pod['probe_port']}/metrics", timeout=5).text
+        found = [
+            float(line.rsplit(" ", 1)[1])
+            for line in text.splitlines()
+            if line.startswith("llmd_launcher_engine_kv_transfer_total{") and all(w in line for w in wanted)
+        ]
+        value = sum(found) if found else None
+        if value:
+            return value
+        time.sleep(0.5)
+    return value
+
+
 def _complete(url: str, prompt: str, headers: dict[str, str] | None = None, **extra: Any) -> httpx.Response:
     body = {"model": "tiny", "prompt": prompt, "max_tokens": 12, "temperature": 0, **extra}
     return httpx.post(f"{url}/v1/completions", json=body, headers=headers or {}, timeout=120)
@@ -289,6 +309,12 @@ def test_when_the_prefill_engine_dies_mid_request_decode_fails_that_request_and_
     waited = time.monotonic() - began
     print(f"decode, blocks gone: {answer.status_code} after {waited:.1f} s: {answer.text[:200]}")
     assert answer.status_code >= 400
+    # #32: the failed transfer shows in decode's launcher /metrics (what LlmdLauncherKvTransferFailures
+    # reads, its promtool case in tests/unit/deploy/test_monitoring.py), and decode is not ended for
+    # its peer's fault.
+    failed = _launcher_kv_transfer(pd, DECODE, "vllm:nixl_num_failed_transfers_total")
+    print(f"decode's launcher: llmd_launcher_engine_kv_transfer_total nixl failed transfers {failed}")
+    assert failed is not None and failed > 0
     assert pd.probe(DECODE, "readyz")[0] == 200 and pd.probe(DECODE, "livez")[0] == 200
     assert pd.exit_code(DECODE) is None
     assert _complete(decode, _prompt("after")).status_code == 200

@@ -14,7 +14,9 @@ from tests.ports import free_port
 MakePod = Callable[..., LauncherPod]
 
 
-def write_recipe(workdir: Path, *, port: int, render_port: int | None, nodes: int = 1) -> Path:
+def write_recipe(
+    workdir: Path, *, port: int, render_port: int | None, nodes: int = 1, args: str | None = None
+) -> Path:
     model = workdir / "model"
     model.mkdir(exist_ok=True)
     (model / "config.json").write_text("{}")
@@ -32,7 +34,7 @@ def write_recipe(workdir: Path, *, port: int, render_port: int | None, nodes: in
         f"    tensor_parallel: {nodes}\n"
         f"    port: {port}\n"
         f"    master_port: {free_port()}\n"
-        f"{render}"
+        f"{render}" + (f"    args: {args}\n" if args else "")
     )
     return recipe
 
@@ -41,11 +43,16 @@ def write_recipe(workdir: Path, *, port: int, render_port: int | None, nodes: in
 def make_pod(tmp_path: Path) -> Iterator[MakePod]:
     pods: list[LauncherPod] = []
 
-    def make(env: dict[str, str] | None = None, *, render: bool = True, nodes: int = 1) -> LauncherPod:
+    def make(
+        env: dict[str, str] | None = None, *, render: bool = True, nodes: int = 1, args: str | None = None
+    ) -> LauncherPod:
+        """args: the pool's engine args, as a YAML flow mapping."""
         workdir = tmp_path / f"pod{len(pods)}"
         workdir.mkdir()
         port = free_port()
-        recipe = write_recipe(workdir, port=port, render_port=free_port() if render else None, nodes=nodes)
+        recipe = write_recipe(
+            workdir, port=port, render_port=free_port() if render else None, nodes=nodes, args=args
+        )
         base = {
             "LLMD_RECIPE_FILE": str(recipe),
             "POD_IP": "127.0.0.1",

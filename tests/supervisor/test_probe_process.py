@@ -32,7 +32,11 @@ def test_a_hung_launcher_fails_its_probes_and_recovers(make_pod: MakePod) -> Non
         assert status == 503 and list(ready["failing"]) == ["launcher"]
     finally:
         pod.signal(signal.SIGCONT)
-    assert pod.wait_probe("livez", 200, timeout=2) == {"live": True, "phase": "started"}
+    assert pod.wait_probe("livez", 200, timeout=2) == {
+        "live": True,
+        "phase": "started",
+        "step_seconds": 180.0,
+    }
     pod.wait_probe("readyz", 200, timeout=2)
     pod.signal(signal.SIGTERM)
     assert pod.finish() == 0

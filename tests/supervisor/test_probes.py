@@ -59,7 +59,8 @@ def test_startup_reports_phase_and_weight_progress_then_ready(make_pod: MakePod)
             "render": {"ok": True, "detail": ready["checks"]["render"]["detail"]},
         },
     }
-    assert pod.probe("livez") == (200, {"live": True, "phase": "started"})
+    # the busy bound (LLMD_STEP_SECONDS) is stated while live (#32)
+    assert pod.probe("livez") == (200, {"live": True, "phase": "started", "step_seconds": 180.0})
     pod.signal(signal.SIGTERM)
     assert pod.finish() == 0
 

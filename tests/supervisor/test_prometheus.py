@@ -31,6 +31,8 @@ ONLY_IN_SOME_STATES = {
     "llmd_launcher_store_master_restarts_total": "only in a pod whose KV store client registers with a "
     "master over an HTTP metadata server (Mooncake)",
     "llmd_launcher_parked": "a sample only while the pod is parked (a labelled family, empty otherwise)",
+    "llmd_launcher_engine_kv_transfer_total": "only in a pod whose engine has a KV connector (P/D: "
+    "tests/group/test_pd_group.py reads it)",
 }
 # Grafana's variables, as the dashboard's defaults ("All") expand them.
 GRAFANA = {'"$namespace"': '".*"', '"$pod"': '".*"', "$__rate_interval": "1m"}

@@ -85,6 +85,11 @@ class Case:
     fleet: bool = False  # from kube-state-metrics and targets: no launcher's POD labels
 
 
+KV = "llmd_launcher_engine_kv_transfer_total"
+NIXL_FAILED, NIXL_XFERS = "vllm:nixl_num_failed_transfers_total", "vllm:nixl_xfer_time_seconds_count"
+QUERIES, HITS = "vllm:external_prefix_cache_queries_total", "vllm:external_prefix_cache_hits_total"
+
+
 def _s(name: str, **labels: str) -> str:
     inner = ", ".join(f'{k}="{v}"' for k, v in {**POD, **labels}.items())
     return f"{name}{{{inner}}}"
@@ -118,6 +123,11 @@ def _created(lws: str, group: int, uid: str, created: int, values: str) -> dict[
         _k("kube_pod_created", pod=pod, uid=uid, **KSM): values.replace("V", str(created)),
         _k("kube_pod_labels", pod=pod, uid=uid, **KSM, **labels): values.replace("V", "1"),
     }
+
+
+def _decode(counter: str, **labels: str) -> str:
+    """A decode pod's relayed KV-transfer counter."""
+    return _s(KV, source="engine", pool="decode", role="decode", counter=counter, **labels)
 
 
 CASES = {
@@ -196,6 +206,25 @@ CASES = {
                 "hash_seed": "b2",
             },
         ),
+    ),
+    # #32: prefill's side channel unreachable: decode counts failed transfers (and is not ended).
+    "LlmdLauncherKvTransferFailures": Case(
+        {_decode(NIXL_FAILED): "0 0 2 4 6 8 10 12 14", _decode(NIXL_XFERS): "0 5 10 15 20 25 30 35 40"},
+        "8m",
+        "3m",
+        {"pool": "decode", "role": "decode"},
+    ),
+    # Queries grow, hits stay at 0 on decode; a decode pod whose hits grow stays quiet.
+    "LlmdLauncherDecodeNoExternalPrefixHits": Case(
+        {
+            _decode(QUERIES): "0+100x30",
+            _decode(HITS): "0x30",
+            _decode(QUERIES, instance="10.0.0.2:8090", pod="kimi-d-1"): "0+100x30",
+            _decode(HITS, instance="10.0.0.2:8090", pod="kimi-d-1"): "0+90x30",
+        },
+        "20m",
+        "8m",
+        {"pool": "decode", "role": "decode"},
     ),
     # The deadline is at Unix time 1000 (test time starts at 0): 940 s left at 1m, under 600 s from
     # 7m, firing a minute later. A second pod past start-up with the same deadline never fires.

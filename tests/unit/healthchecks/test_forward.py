@@ -148,3 +148,97 @@ def test_livez_tells_the_stall_with_the_rank_and_the_canarys_outcome() -> None:
     watcher.stalled = "engine stalled: rank 3 (:8000) made no progress for 61 s and its canary timed out"
     live, body = health.liveness()
     assert not live and body["reason"].startswith("engine stalled: rank 3")
+
+
+def test_a_selector_sums_only_the_samples_holding_its_labels() -> None:
+    # SGLang 0.5.23 realtime_tokens_total: one counter, a mode label per kind of step (#32)
+    text = (
+        'sglang:realtime_tokens_total{model_name="m",mode="decode"} 5.0\n'
+        'sglang:realtime_tokens_total{model_name="m",mode="prefill_compute"} 512.0\n'
+        'sglang:realtime_tokens_total{model_name="m",mode="prefill_cache"} 64.0\n'
+    )
+    decode = ('sglang:realtime_tokens_total{mode="decode"}',)
+    assert counter_sum(text, decode) == 5.0
+    prefill = (
+        'sglang:realtime_tokens_total{mode="prefill_compute"}',
+        'sglang:realtime_tokens_total{mode="prefill_cache"}',
+    )
+    assert counter_sum(text, prefill) == 576.0
+    assert counter_sum(text, ("sglang:realtime_tokens_total",)) == 581.0
+    assert counter_sum(text, ('sglang:realtime_tokens_total{mode="nothing"}',)) is None
+
+
+def test_livez_states_the_busy_bound_while_live() -> None:
+    """#32: the bound a hang with requests in flight may last is stated in /livez, not only in the plan."""
+    from dataclasses import replace
+
+    from launcher.contract.plan import StepWatch
+
+    health = PodHealth(Probes(8090, ready=(), started=Check("engine", "engine")))
+    health.attach(NoProcesses())
+    steps = StepWatch(COUNTERS, ("vllm:num_requests_running",), 180.0, "where")
+    health.watchers = (ForwardWatcher(replace(_watch(8000), steps=steps), lambda: True, 1, 1, QuietLog()),)
+    assert health.liveness() == (True, {"live": True, "phase": "starting processes", "step_seconds": 180.0})
+
+
+@dataclass
+class SteppingEngine(FakeEngine):
+    """vLLM's /metrics with the running gauge: `running` requests, `stepping` moves the KV usage."""
+
+    running: int = 0
+    usage: float = 0.0
+    stepping: bool = False
+
+    async def metrics(self, _request: web.Request) -> web.Response:
+        if self.stepping:
+            self.usage += 0.01
+        text = (
+            f'vllm:generation_tokens_total{{engine="0"}} {self.tokens}\n'
+            f'vllm:num_requests_running{{engine="0"}} {self.running}\n'
+            f'vllm:kv_cache_usage_perc{{engine="0"}} {self.usage}\n'
+        )
+        return web.Response(text=text)
+
+
+def _stepped(
+    engine: SteppingEngine, switch_after: float, running: int, seconds: float
+) -> tuple[list[str], float]:
+    """Watch with a 0.5 s step bound (no canary: a long stall window); after `switch_after` s the engine
+    has `running` requests and stops stepping. The verdicts, and when the first came after the switch."""
+    from dataclasses import replace
+
+    from launcher.contract.plan import StepWatch
+
+    signals = ("vllm:generation_tokens_total", "vllm:kv_cache_usage_perc")
+    steps = StepWatch(signals, ("vllm:num_requests_running",), 0.5, "where")
+
+    async def scenario() -> tuple[list[str], float]:
+        port = free_port()
+        runner = await serve_engine(engine, port)
+        watch = replace(_watch(port, stall=60), counters=signals, steps=steps)
+        watcher = ForwardWatcher(watch, lambda: True, 0.05, 0.5, QuietLog())
+        task = asyncio.create_task(watcher.run())
+        await asyncio.sleep(switch_after)
+        engine.running, engine.stepping = running, False
+        switched = asyncio.get_running_loop().time()
+        await asyncio.wait({task}, timeout=seconds)
+        took = asyncio.get_running_loop().time() - switched
+        verdicts = [task.result().reason] if task.done() else []
+        task.cancel()
+        await runner.cleanup()
+        return verdicts, took
+
+    return asyncio.run(scenario())
+
+
+def test_a_request_that_hangs_after_a_long_idle_gets_the_whole_bound() -> None:
+    """Idle time is no step missed: the clock restarts while nothing runs (#32)."""
+    verdicts, took = _stepped(SteppingEngine(), switch_after=1.5, running=2, seconds=3)
+    assert len(verdicts) == 1 and " has 2 request(s) running and made no engine step for " in verdicts[0]
+    assert took >= 0.45, took
+
+
+def test_requests_running_while_the_steps_move_are_never_a_stall() -> None:
+    engine = SteppingEngine(running=3, stepping=True)
+    verdicts, _ = _stepped(engine, switch_after=1.5, running=3, seconds=0)  # steps moved throughout
+    assert verdicts == []

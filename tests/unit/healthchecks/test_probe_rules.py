@@ -136,7 +136,29 @@ def test_forward_progress_watch_per_role(plan_json: Any, role: str) -> None:
     if watch:
         assert watch["model"] == "moonshotai/Kimi-K3.1-Pro"
         assert (watch["stall_seconds"], watch["canary_seconds"]) == (60.0, 20.0)
-        assert watch["counters"][0].endswith(":generation_tokens_total")
+        assert watch["role"] == P_D_ROLE[role]
+        assert watch["steps"]["seconds"] == 180.0
+        assert watch["counters"] == watch["steps"]["signals"] == COUNTERS[watch["role"]]
+
+
+P_D_ROLE = {"prefill-leader": "prefill", "decode": "decode", "tpu-leader": "prefill and decode"}
+COUNTERS = {  # #32: decode watches its generation only, prefill its prompt side (a chunk moves the KV usage)
+    "decode": ["vllm:generation_tokens_total"],
+    "prefill": ["vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:kv_cache_usage_perc"],
+    "prefill and decode": [
+        'sglang:realtime_tokens_total{mode="decode"}',
+        'sglang:realtime_tokens_total{mode="prefill_compute"}',
+        'sglang:realtime_tokens_total{mode="prefill_cache"}',
+    ],
+}
+
+
+def test_p_d_pods_relay_their_connectors_kv_transfer_counters(plan_json: Any) -> None:
+    decode = plan_json(env=ROLES["decode"][0])["probes"]["forward"]
+    assert "vllm:nixl_num_failed_transfers_total" in decode["kv_transfer"]
+    assert "vllm:mooncake_store_operation_failed_keys_total" in decode["kv_transfer"]
+    assert "vllm:external_prefix_cache_hits_total" in decode["kv_transfer"]
+    assert plan_json(env=ROLES["tpu-leader"][0])["probes"]["forward"]["kv_transfer"] == []
 
 
 def test_stall_seconds_zero_watches_nothing(plan_json: Any) -> None:
@@ -199,12 +221,19 @@ def test_text_plan_says_how_the_pod_is_probed(run_cli: Any) -> None:
         "  started when: engine (GET :8208/readyz = 200) passes once; start-up progress read from "
         "vllm's output\n"
         "  start-up deadline: 2700 s, then the pod ends (exit 6) naming its phase\n"
-        "  forward progress: vllm:generation_tokens_total / vllm:prompt_tokens_total on rank 8 :8200, "
+        "  forward progress: vllm:generation_tokens_total on rank 8 :8200, "
         "rank 9 :8201, rank 10 :8202, rank 11 :8203 /metrics; still for 60 s and "
         "vllm:num_requests_running / vllm:num_requests_waiting at 0: canary POST /v1/completions "
         '{"model": "moonshotai/Kimi-K3.1-Pro", "prompt": "Hi", "max_tokens": 1, "temperature": 0} '
         "with its key from $VLLM_API_KEY within 20 s, else (a timeout, no connection, a 5xx) stalled: "
         "/livez 503, exit 5; a 4xx is a wrong canary, logged once, never a stall\n"
+        "  busy (decode): vllm:num_requests_running > 0 and no step (vllm:generation_tokens_total still) "
+        "for 180 s (LLMD_STEP_SECONDS): stalled, exit 5, no canary\n"
+        "  KV transfer: vllm:nixl_num_failed_transfers_total / vllm:nixl_num_failed_notifications_total / "
+        "vllm:nixl_num_kv_expired_reqs_total / vllm:nixl_xfer_time_seconds_count / "
+        "vllm:mooncake_store_operation_total / vllm:mooncake_store_operation_failed_keys_total / "
+        "vllm:external_prefix_cache_queries_total / vllm:external_prefix_cache_hits_total relayed into "
+        "/metrics (llmd_launcher_engine_kv_transfer_total, with pool and role)\n"
     )
 
 

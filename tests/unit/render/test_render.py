@@ -257,6 +257,7 @@ def test_readme_json_schema_matches_plan_to_dict(plan_json: Any) -> None:
         *probes, *probes["ready"][0], *probes["ready"][0]["http"], *worker, *worker["tcp"],
         *watch, *watch["sources"][0], *watch["identity"], *plan["shutdown"], *probes["peers"][0],
         *probes["forward"], *probes["forward"]["sources"][0], *probes["forward"]["canary"],
+        *probes["forward"]["steps"],
         *(needs := plan["host_needs"]), *needs["derived_env"][0], *needs["modules"][0],
         *needs["memory"][0], *needs["flag_catalog"], *needs["rdma"], *needs["store_master"],
     }  # fmt: skip

@@ -3,7 +3,7 @@ facts to the runtime (healthchecks/ and launcher/supervise/ know no engine of th
 
 from __future__ import annotations
 
-from typing import get_args
+from typing import Any, get_args
 
 import pytest
 
@@ -44,4 +44,34 @@ def test_a_plan_carries_its_familys_runtime_facts(recipe: str, pool: str) -> Non
     if plan.kv_events is not None:
         assert plan.kv_events.served_metrics == family.served_metrics != ()
     if plan.probes.forward is not None:
-        assert plan.probes.forward.counters == family.token_counters != ()
+        assert family.steps is not None
+        assert plan.probes.forward.counters == family.steps.signals(plan.probes.forward.role) != ()
+
+
+def test_the_p_d_role_follows_the_connectors_kv_role() -> None:
+    """#32: a decode pod watches its generation, a prefill pod its prompt side; MultiConnector's NIXL
+    child names the part (its MooncakeStore child is kv_both in the guide's prefill)."""
+    from launcher.config.recipe import VllmPool
+    from roles.engines.vllm import pd_role
+
+    def pool(transfer: dict[str, Any] | None) -> VllmPool:
+        args = {"kv-transfer-config": transfer} if transfer else {}
+        return VllmPool.model_validate({"kind": "vllm", "args": args})
+
+    def multi(nixl: str, store: str) -> dict[str, Any]:
+        children = [
+            {"kv_connector": "NixlConnector", "kv_role": nixl},
+            {"kv_connector": "MooncakeStoreConnector", "kv_role": store},
+        ]
+        return {
+            "kv_connector": "MultiConnector",
+            "kv_role": "kv_both",
+            "kv_connector_extra_config": {"connectors": children},
+        }
+
+    assert pd_role(pool({"kv_connector": "NixlConnector", "kv_role": "kv_consumer"})) == "decode"
+    assert pd_role(pool({"kv_connector": "NixlConnector", "kv_role": "kv_producer"})) == "prefill"
+    assert pd_role(pool({"kv_connector": "NixlConnector", "kv_role": "kv_both"})) == "prefill and decode"
+    assert pd_role(pool(multi("kv_producer", "kv_both"))) == "prefill"
+    assert pd_role(pool(multi("kv_consumer", "kv_consumer"))) == "decode"
+    assert pd_role(pool(None)) == "prefill and decode"

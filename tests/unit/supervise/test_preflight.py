@@ -8,6 +8,8 @@ import socket
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from launcher.contract.plan import (
     FileSpec,
     Plan,
@@ -114,3 +116,24 @@ def test_a_proc_of_another_pid_namespace_is_refused(tmp_path: Path) -> None:
     assert "--mount-proc" in problem.fix
     [problem] = check_proc(str(none))
     assert problem.setting == "/proc" and "cannot be read" in problem.message
+
+
+@pytest.mark.parametrize("key", ["from-a-file\n", "a\rb", "tab\there", "bell\x07", "naïve-ok", "snow☃man"])
+def test_a_canary_key_no_header_can_carry_is_refused_naming_the_variable(key: str) -> None:
+    """#32 item 4: aiohttp refused such a key at the first canary, an internal error (exit 1)."""
+    from dataclasses import replace
+
+    from launcher.contract.plan import ProgressSource, ProgressWatch
+    from launcher.supervise.preflight import check_canary_key
+    from tests.unit.healthchecks.loopback import completion_canary
+
+    watch = ProgressWatch((ProgressSource("engine", 8000),), ("c",), completion_canary(), 60, 20)
+    plan = _plan([ProcessSpec("engine", ("vllm",), {}, True)])
+    plan = replace(plan, probes=replace(ENGINE_RUNS, forward=watch))
+    problems = check_canary_key(plan, {"VLLM_API_KEY": key})
+    if key == "naïve-ok":  # Latin-1 travels in a header
+        assert problems == []
+        return
+    assert [p.setting for p in problems] == ["VLLM_API_KEY"]
+    assert key.strip() not in str(problems[0]) and "no HTTP header can carry" in str(problems[0])
+    assert check_canary_key(plan, {"VLLM_API_KEY": "fine-key"}) == []
