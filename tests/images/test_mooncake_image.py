@@ -49,7 +49,7 @@ def wait_for(pod: Container, url: str, pattern: str, timeout: float = 60) -> str
 
 
 def test_plan_prints_the_master_pods_plan(container: MakeContainer) -> None:
-    recipe = (REPO / "deploy/kimi-k3.1-pro/recipe.yaml").read_text()
+    recipe = (REPO / "deploy/kimi-k3.1-pro/recipes/mooncake-master.yaml").read_text()
     env = {"LLMD_POOL": "mooncake-master", "POD_IP": "10.1.2.3", "POD_NAME": "kimi-k3-1-mooncake-master-0"}
     pod = container(MOONCAKE_IMAGE, recipe, env, ["--network=none"], ["plan"]).start()
     assert pod.wait_exit(timeout=60) == 0, pod.logs()[-3000:]

@@ -1,15 +1,14 @@
 """images/sglang-tpu.Dockerfile, built on the SGLang STAND-IN base (tests/images/standins: SGLang 0.5.23's
-parser on CPU torch; no TPU, so no engine is served here), run as deploy/kimi-k3.1-pro/tpu.yaml runs it:
+parser on CPU torch; no TPU, so no engine is served here), run as deploy/kimi-k3.1-pro/tpu/tpu.yaml runs it:
 `plan` plans the TPU leader, and the image checks flags against the catalogue it built from its own
 SGLang, readable by a non-root user too."""
 
 from __future__ import annotations
 
 from tests.images.conftest import POD, RUN_AS_IMAGE_USER, SGLANG_IMAGE, MakeContainer
-from tests.images.podman import podman
+from tests.images.podman import REPO, podman
 
-MANIFEST_ENV = {  # deploy/kimi-k3.1-pro/tpu.yaml's env (the fieldRefs filled as the kubelet would)
-    "LLMD_RECIPE": "kimi-k3.1-pro",
+MANIFEST_ENV = {  # deploy/kimi-k3.1-pro/tpu/tpu.yaml's env (the fieldRefs filled as the kubelet would)
     "LLMD_POOL": "tpu",
     "LLMD_GRACE_SECONDS": "90",
     "POD_IP": "10.1.2.3",
@@ -21,7 +20,8 @@ BUILT = "/opt/llm-d-launcher/catalogs/sglang-server-0.5.23.json"  # `catalog bui
 
 
 def test_plan_prints_the_tpu_leaders_plan(container: MakeContainer) -> None:
-    pod = container(SGLANG_IMAGE, None, MANIFEST_ENV, ["--network=none"], ["plan"]).start()
+    recipe = (REPO / "deploy/kimi-k3.1-pro/tpu/recipe.yaml").read_text()  # the pool's ConfigMap
+    pod = container(SGLANG_IMAGE, recipe, MANIFEST_ENV, ["--network=none"], ["plan"]).start()
     assert pod.wait_exit(timeout=60) == 0, pod.logs()[-3000:]
     out = pod.logs()
     print(out[:1200])

@@ -24,7 +24,7 @@ BUILT = "/opt/llm-d-launcher/catalogs/vllm-serve-0.32.0.json"  # `catalog build`
 
 
 def test_plan_prints_the_decode_pods_plan(container: MakeContainer) -> None:
-    recipe = (REPO / "deploy/kimi-k3.1-pro/recipe.yaml").read_text()
+    recipe = (REPO / "deploy/kimi-k3.1-pro/recipes/decode.yaml").read_text()  # the pool's ConfigMap
     pod = container(VLLM_IMAGE, recipe, MANIFEST_ENV, ["--network=none"], ["plan"]).start()
     assert pod.wait_exit(timeout=60) == 0, pod.logs()[-3000:]
     out = pod.logs()
