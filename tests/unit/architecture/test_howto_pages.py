@@ -154,3 +154,14 @@ def test_adding_a_watcher_as_the_page_says(tmp_path: Path) -> None:
     follow_adding_a_watcher(copy)
     done = run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *WATCHER_TESTS)
     assert done.returncode == 0, done.stdout[-4000:]
+
+
+def test_the_whole_unit_tier_passes_with_both_pages_followed(tmp_path: Path) -> None:
+    """What the pages promise in the end: with the new family and the new watcher in place, every check
+    of the unit tier passes (the pages' own test command), not only the tests that list them."""
+    copy = copy_repository(tmp_path / "repo")
+    follow_adding_an_engine(copy)
+    follow_adding_a_watcher(copy)
+    whole_tier = ["tests/unit", "-m", "not fuzz", "--ignore=tests/unit/architecture/test_howto_pages.py"]
+    done = run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", *whole_tier)
+    assert done.returncode == 0, done.stdout[-4000:]

@@ -233,7 +233,9 @@ def _stepped(
 
 def test_a_request_that_hangs_after_a_long_idle_gets_the_whole_bound() -> None:
     """Idle time is no step missed: the clock restarts while nothing runs (#32)."""
-    verdicts, took = _stepped(SteppingEngine(), switch_after=1.5, running=2, seconds=3)
+    verdicts, took = _stepped(
+        SteppingEngine(), switch_after=1.5, running=2, seconds=15
+    )  # ends at the verdict
     assert len(verdicts) == 1 and " has 2 request(s) running and made no engine step for " in verdicts[0]
     assert took >= 0.45, took
 

@@ -218,16 +218,13 @@ def test_a_silent_launcher_fails_every_probe_and_says_why() -> None:
 
     before, live, ready, started, after = _serving(scenario, silent_after=1.0)
     assert before == (200, {"live": True, "phase": "preflight"}) == after
+    silent = r"the launcher has published nothing for \d+\.\d s \(its loop is blocked or it hangs\)"
     assert live[0] == 503 and live[1]["live"] is False
-    assert re.fullmatch(
-        r"the launcher has published nothing for \d+\.\d s \(its loop is blocked or it hangs\)",
-        live[1]["reason"],
-    )
-    assert ready == (503, {"ready": False, "phase": "preflight", "failing": {"launcher": live[1]["reason"]}})
-    assert started == (
-        503,
-        {"started": False, "phase": "preflight", "failing": {"launcher": live[1]["reason"]}},
-    )
+    assert re.fullmatch(silent, live[1]["reason"])
+    # Each answer says the seconds as it was asked (a loaded machine asks the next a tenth later).
+    for (code, body), key in ((ready, "ready"), (started, "started")):
+        assert code == 503 and body[key] is False and body["phase"] == "preflight", body
+        assert list(body["failing"]) == ["launcher"] and re.fullmatch(silent, body["failing"]["launcher"])
 
 
 def test_seconds_count_on_between_publications() -> None:

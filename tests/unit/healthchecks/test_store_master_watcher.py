@@ -160,8 +160,8 @@ def test_the_factory_watches_a_master_only_with_an_http_metadata_server() -> Non
     settings = _prefill_leader(check_interval=0.7, check_timeout=0.3)
     plan = build_plan(settings, KIMI)
     assert plan.probes is not None and plan.needs.store_master is not None
-    watcher = build_watchers(plan, PodHealth(plan.probes), settings, QuietLog(), parks=False)[-1]
-    assert isinstance(watcher, StoreMasterWatcher)
+    watchers = build_watchers(plan, PodHealth(plan.probes), settings, QuietLog(), parks=False)
+    (watcher,) = [w for w in watchers if isinstance(w, StoreMasterWatcher)]  # wherever it stands
     assert (watcher.interval, watcher.timeout, watcher.master.reregister) == (0.7, 0.3, False)
     assert watcher.url.startswith("http://mooncake-master:8080/metadata?key=llm-d-launcher%2Fmarker%2F")
     p2p = replace(plan.needs.store_master, metadata_server=None)
