@@ -345,12 +345,17 @@ class ForwardWatcher(Watcher):
 
     async def _pd_canaries(self, session: ClientSession) -> None:
         """The canary through the disagg sidecar, asking it for the two-step path with the planned
-        prefill endpoint: once start-up has ended, then every stall_seconds. Counted, shown in /livez and
+        prefill endpoint: every stall_seconds once start-up has ended. Counted, shown in /livez and
         logged when its outcome changes; never a verdict (a failure is as often the peer's)."""
         pd = self.watch.pd_canary
         assert pd is not None
         base = f"{'https' if pd.tls else 'http'}://127.0.0.1:{pd.port}"
+        while not self.started():
+            await asyncio.sleep(self.interval)
         while True:
+            # One window after start-up first: the sidecar, started beside the engine, may still be
+            # coming up (a TLS one makes its certificate) when the engine answers.
+            await asyncio.sleep(self.watch.stall_seconds)
             if self.started():
                 answer = await self._canary(session, base, {PREFILLER_HEADER: pd.prefiller}, tls=pd.tls)
                 if answer.outcome != self._pd_outcome:
@@ -362,7 +367,6 @@ class ForwardWatcher(Watcher):
                     )
                 self.pd_canary, self._pd_outcome = answer.detail, answer.outcome
                 self.pd_canaries[answer.outcome] += 1
-            await asyncio.sleep(self.watch.stall_seconds if self.started() else self.interval)
 
     async def _canary(
         self, session: ClientSession, base: str, extra: Mapping[str, str] | None = None, tls: bool = False
