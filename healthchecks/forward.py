@@ -52,6 +52,7 @@ from healthchecks.metrics import (
     FORWARD_LAST_PROGRESS,
     FORWARD_LAST_STEP,
     FORWARD_STALLED,
+    PD_CANARIES,
     wall_time,
 )
 from healthchecks.watcher import Watcher
@@ -65,6 +66,9 @@ if TYPE_CHECKING:
     from aiohttp import ClientSession
 
 CANARY_AGENT = "llm-d-launcher-canary"  # so the engine's access log says who sent it
+# The router's choice of prefill pod, which the disagg sidecar reads (llm-d/llm-d-router
+# pkg/sidecar/proxy/proxy.go requestHeaderPrefillHostPort).
+PREFILLER_HEADER = "x-prefiller-host-port"
 Outcome = Literal["ok", "failed", "refused"]
 Counts = tuple[float | None, ...]  # one value per sample selector (None: not exposed)
 OUTCOMES: tuple[Outcome, ...] = ("ok", "failed", "refused")
@@ -176,6 +180,9 @@ class ForwardWatcher(Watcher):
         self.stalled: str | None = None  # the verdict, once given
         self.stalled_source: str | None = None  # the API server it is about
         self.told: set[int] = set()  # the refusals already logged, by status
+        self.pd_canary = "none sent"  # the latest P/D canary's outcome (plan's pd_canary)
+        self.pd_canaries: Counter[str] = Counter()  # by outcome: ok, failed, refused
+        self._pd_outcome: Outcome | None = None  # logged when it changes
 
     async def run(self) -> Verdict:
         """Until a stall (its verdict) or the task is cancelled."""
@@ -184,6 +191,8 @@ class ForwardWatcher(Watcher):
         connector = aiohttp.TCPConnector(force_close=True)
         async with aiohttp.ClientSession(connector=connector) as session:
             watches = [asyncio.ensure_future(self._watch_source(session, state)) for state in self.states]
+            if self.watch.pd_canary is not None:
+                watches.append(asyncio.ensure_future(self._pd_canaries(session)))
             try:
                 done, _ = await asyncio.wait(watches, return_when=asyncio.FIRST_COMPLETED)
                 for watch in done:
@@ -252,7 +261,7 @@ class ForwardWatcher(Watcher):
             return
         if now - self._window_began(state) < self.watch.stall_seconds or state.busy:
             return
-        answer = await self._canary(session, state.source.port)
+        answer = await self._canary(session, f"http://127.0.0.1:{state.source.port}")
         state.canary, state.canaried_at = answer.detail, self.clock()
         state.canaries[answer.outcome] += 1
         if answer.outcome == "ok":
@@ -334,20 +343,50 @@ class ForwardWatcher(Watcher):
             state.read += f", {requests:g} requests running or waiting"
         return tokens
 
-    async def _canary(self, session: ClientSession, port: int) -> CanaryAnswer:
+    async def _pd_canaries(self, session: ClientSession) -> None:
+        """The canary through the disagg sidecar, asking it for the two-step path with the planned
+        prefill endpoint: every stall_seconds once start-up has ended. Counted, shown in /livez and
+        logged when its outcome changes; never a verdict (a failure is as often the peer's)."""
+        pd = self.watch.pd_canary
+        assert pd is not None
+        base = f"{'https' if pd.tls else 'http'}://127.0.0.1:{pd.port}"
+        while not self.started():
+            await asyncio.sleep(self.interval)
+        while True:
+            # One window after start-up first: the sidecar, started beside the engine, may still be
+            # coming up (a TLS one makes its certificate) when the engine answers.
+            await asyncio.sleep(self.watch.stall_seconds)
+            if self.started():
+                answer = await self._canary(session, base, {PREFILLER_HEADER: pd.prefiller}, tls=pd.tls)
+                if answer.outcome != self._pd_outcome:
+                    log = self.log.info if answer.outcome == "ok" else self.log.warning
+                    log(
+                        f"P/D canary {answer.detail} (never a verdict)",
+                        prefiller=pd.prefiller,
+                        answer=answer.excerpt,
+                    )
+                self.pd_canary, self._pd_outcome = answer.detail, answer.outcome
+                self.pd_canaries[answer.outcome] += 1
+
+    async def _canary(
+        self, session: ClientSession, base: str, extra: Mapping[str, str] | None = None, tls: bool = False
+    ) -> CanaryAnswer:
+        """The canary POSTed to base (scheme://host:port); tls: to the pod's own sidecar, whose
+        certificate (self-signed unless it was given one) is not verified."""
         import aiohttp
 
         seconds, canary = self.watch.canary_seconds, self.watch.canary
-        headers = {"User-Agent": CANARY_AGENT}
+        headers = {"User-Agent": CANARY_AGENT, **(extra or {})}
         if self._api_key is not None:
             headers["Authorization"] = f"Bearer {self._api_key}"
         began = self.clock()
         try:
             async with session.post(
-                f"http://127.0.0.1:{port}{canary.path}",
+                f"{base}{canary.path}",
                 json=dict(canary.body),
                 headers=headers,
                 timeout=aiohttp.ClientTimeout(total=seconds),
+                ssl=not tls,
             ) as reply:
                 body = await reply.read()
                 status = reply.status
@@ -369,8 +408,17 @@ class ForwardWatcher(Watcher):
         return self.stalled
 
     def live_facts(self) -> dict[str, Any]:
-        """The busy bound, so /livez says how long a hang with requests in flight may last."""
-        return {} if self.watch.steps is None else {"step_seconds": self.watch.steps.seconds}
+        """The busy bound, so /livez says how long a hang with requests in flight may last; the P/D
+        canary's latest outcome and counts, so a broken two-step path shows on a pod that stays live."""
+        facts: dict[str, Any] = {} if self.watch.steps is None else {"step_seconds": self.watch.steps.seconds}
+        if (pd := self.watch.pd_canary) is not None:
+            facts["pd_canary"] = {
+                "prefiller": pd.prefiller,
+                "latest": self.pd_canary,
+                "counts": {o: self.pd_canaries[o] for o in OUTCOMES},
+                "verdict": "never: a failure is as often the prefill peer's",
+            }
+        return facts
 
     def details(self) -> dict[str, Any]:
         now = self.clock()
@@ -380,7 +428,7 @@ class ForwardWatcher(Watcher):
     def metrics(self) -> Iterator[Metric]:
         progress, stalled = FORWARD_LAST_PROGRESS.family(), FORWARD_STALLED.family()
         canaries, step = FORWARD_CANARIES.family(), FORWARD_LAST_STEP.family()
-        transfer = ENGINE_KV_TRANSFER.family()
+        transfer, pd = ENGINE_KV_TRANSFER.family(), PD_CANARIES.family()
         now = self.clock()
         for state in self.states:
             name = [state.source.name]
@@ -394,7 +442,10 @@ class ForwardWatcher(Watcher):
             for counter, value in zip(self.watch.kv_transfer, state.transfer, strict=False):
                 if value is not None:
                     transfer.add_metric([state.source.name, self.pool, self.watch.role, counter], value)
-        yield from (progress, step, stalled, canaries, transfer)
+        if self.watch.pd_canary is not None:
+            for outcome in OUTCOMES:
+                pd.add_metric([self.pool, self.watch.role, outcome], self.pd_canaries[outcome])
+        yield from (progress, step, stalled, canaries, transfer, pd)
 
 
 async def _cancel(tasks: Iterable[asyncio.Future[Any]]) -> None:

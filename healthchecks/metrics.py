@@ -153,6 +153,14 @@ FORWARD_CANARIES = MetricSpec(
     "a 5xx), refused (any other status: the canary is wrong, logged once with the fix, never a stall)",
     ("source", "outcome"),
 )
+PD_CANARIES = MetricSpec(
+    "pd_canary",
+    "counter",
+    "canaries sent through the disagg sidecar to the prefill endpoint of LLMD_PD_CANARY_PREFILLER (prefill "
+    "there, KV transfer, decode here), by outcome: ok, failed (a timeout, no connection, a 5xx: often the "
+    "peer's fault), refused (any other status); never a verdict",
+    ("pool", "role", "outcome"),
+)
 PEER_UP = MetricSpec("peer_up", "gauge", "1 while the group member's launcher answers /livez 200", ("peer",))
 PEER_LAST_ANSWER = MetricSpec(
     "peer_last_answer_timestamp_seconds",
@@ -254,6 +262,7 @@ METRICS = (
     FORWARD_STALLED,
     ENGINE_KV_TRANSFER,
     FORWARD_CANARIES,
+    PD_CANARIES,
     PEER_UP,
     PEER_LAST_ANSWER,
     PEER_LOST,

@@ -10,6 +10,7 @@ import posixpath
 import re
 import shlex
 from collections.abc import Iterable, Sequence
+from dataclasses import asdict
 from typing import Any
 
 from launcher.contract.plan import (
@@ -255,6 +256,7 @@ def _forward_dict(watch: ProgressWatch) -> dict[str, Any]:
             "source": watch.steps.why,
         },
         "kv_transfer": list(watch.kv_transfer),
+        "pd_canary": None if watch.pd_canary is None else asdict(watch.pd_canary),
     }
 
 
@@ -408,6 +410,15 @@ def _probes_text(probes: Probes) -> list[str]:
             out.append(
                 f"  KV transfer: {' / '.join(watch.kv_transfer)} relayed into /metrics "
                 "(llmd_launcher_engine_kv_transfer_total, with pool and role)"
+            )
+        if (pd := watch.pd_canary) is not None:
+            scheme = "https" if pd.tls else "http"
+            out.append(
+                f"  P/D canary: every {watch.stall_seconds:g} s the canary through the disagg sidecar "
+                f"({scheme} :{pd.port}) with x-prefiller-host-port: {pd.prefiller} "
+                "(LLMD_PD_CANARY_PREFILLER), "
+                f"within {watch.canary_seconds:g} s: prefill there, KV transfer, decode here; counted "
+                "(llmd_launcher_pd_canary_total) and shown in /livez, never a verdict"
             )
     elif probes.forward_watched_by:
         out.append(

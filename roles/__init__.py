@@ -77,9 +77,16 @@ def build_plan(
         canary_seconds=settings.canary_seconds,
         step_seconds=settings.step_seconds,
         startup_seconds=settings.startup_seconds,
+        pd_canary_prefiller=settings.pd_canary_prefiller,
     )
     plan = family.build(ctx, derived.pool)
     notes = _input_notes(settings, recipe, derived.pool, ctx.shutdown)
+    forward = plan.probes.forward
+    if settings.pd_canary_prefiller is not None and (forward is None or forward.pd_canary is None):
+        notes.append(
+            "LLMD_PD_CANARY_PREFILLER is set but this pod sends no P/D canary: it needs a disagg sidecar "
+            "in front of a serving engine and the forward-progress watch (LLMD_STALL_SECONDS > 0)"
+        )
     version = found.engine_version
     if version and family.startup_phases and family.phase_lines(version) is None:
         newest = family.startup_phases[-1]

@@ -7,13 +7,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from launcher.config.defaults import PROBE_PORT
-from launcher.config.recipe import ArgValue, Recipe
+from launcher.config.recipe import ArgValue, DisaggSidecar, Recipe
 from launcher.config.recipe_file import RecipeSource
 from launcher.contract.errors import ConfigError, Problem
 from launcher.contract.plan import (
     Canary,
     FileSpec,
     KvEventsWatch,
+    PdCanary,
     Plan,
     ProcessSpec,
     ProgressSource,
@@ -62,6 +63,7 @@ class BuildContext:
     canary_seconds: float
     step_seconds: float  # requests running and no engine step this long: stalled (0: not judged)
     startup_seconds: float  # the launcher's start-up deadline (0: none)
+    pd_canary_prefiller: str | None  # LLMD_PD_CANARY_PREFILLER: the two-step canary's prefill host:port
 
     @property
     def pool_name(self) -> str:
@@ -87,12 +89,17 @@ class BuildContext:
         pd_role: str,
         canary: Canary,
         kv_transfer: tuple[str, ...] = (),
+        sidecar: DisaggSidecar | None = None,
     ) -> ProgressWatch | None:
         """The forward-progress watch of a serving engine in its P/D role (roles/engines/family.py
         DECODE, PREFILL, BOTH): the counters it watches are the role's step signals; None when
-        LLMD_STALL_SECONDS is 0."""
+        LLMD_STALL_SECONDS is 0. sidecar: the disagg sidecar fronting it, which the P/D canary goes
+        through when LLMD_PD_CANARY_PREFILLER names a prefill endpoint."""
         if self.stall_seconds <= 0 or not sources or family.steps is None:
             return None
+        pd_canary = None
+        if sidecar is not None and self.pd_canary_prefiller is not None:
+            pd_canary = PdCanary(self.pd_canary_prefiller, sidecar.port, sidecar.tls)
         return ProgressWatch(
             tuple(sources),
             family.steps.signals(pd_role),
@@ -103,6 +110,7 @@ class BuildContext:
             role=pd_role,
             steps=family.steps.watch(pd_role, self.step_seconds),
             kv_transfer=kv_transfer,
+            pd_canary=pd_canary,
         )
 
     def startup_env(self, name: str | None) -> dict[str, str]:

@@ -35,16 +35,13 @@ from launcher.config.defaults import CATALOG_DIR, LOCAL_GROUP_TAG, PROBE_PORT, T
 from launcher.config.recipe import EnvMap
 from launcher.config.recipe_file import RecipeSource, read_recipe
 from launcher.contract import lws
-from launcher.contract.addresses import is_ip
+from launcher.contract.addresses import DNS_NAME, is_host_port, is_ip
 from launcher.contract.errors import ConfigError, Problem
 from launcher.contract.plan import DEREGISTER_SHARE, IFNAME_PLACEHOLDER, share_words
 from launcher.contract.record import record
 from launcher.contract.redact import REDACTED, is_secret_flag, is_secret_name
 
 DEFAULT_RECIPE = "kimi-k3.1-pro"
-_DNS_NAME = re.compile(
-    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$"
-)
 _FLAG_NAME = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9_-]*")
 
 
@@ -413,6 +410,16 @@ class Settings(BaseSettings):
         fix="give a number of seconds, or 0 to judge no busy engine",
         ge=0,
     )
+    pd_canary_prefiller: str | None = setting(
+        None,
+        "host:port of a prefill endpoint (IPv6 in brackets): a decode pod with a disagg sidecar sends its "
+        "canary through the sidecar with the x-prefiller-host-port header every LLMD_STALL_SECONDS, "
+        "proving prefill, the KV transfer and decode; counted in /metrics and shown in /livez, never a "
+        "verdict (unset: none sent)",
+        fix="give host:port of a prefill pod's API (e.g. the prefill Service), IPv6 as [addr]:port, "
+        "or unset it",
+        metavar="HOST:PORT",
+    )
     startup_seconds: float = setting(
         2700.0,
         "start-up not ended this long after launch ends the pod, exit 6, naming the phase it was stuck in; "
@@ -445,8 +452,15 @@ class Settings(BaseSettings):
     @field_validator("leader_address")
     @classmethod
     def _leader_is_a_host(cls, value: str | None) -> str | None:
-        if value is not None and not (is_ip(value) or _DNS_NAME.match(value)):
+        if value is not None and not (is_ip(value) or DNS_NAME.match(value)):
             raise ValueError("is neither an IP address nor a DNS name")
+        return value
+
+    @field_validator("pd_canary_prefiller")
+    @classmethod
+    def _prefiller_is_host_port(cls, value: str | None) -> str | None:
+        if value is not None and not is_host_port(value):
+            raise ValueError("is not host:port (an IPv6 address in brackets: [addr]:port)")
         return value
 
     @field_validator("pod_ip")

@@ -120,6 +120,19 @@ class Canary:
 
 
 @record
+class PdCanary:
+    """The P/D two-step path proved end to end: the watch's canary POSTed to the pod's disagg sidecar
+    with the `x-prefiller-host-port` header, the header the router sets with its choice of prefill pod
+    (llm-d/llm-d-router pkg/sidecar/proxy/proxy.go). The sidecar runs the prompt on that prefill
+    endpoint, then the decode leg on this pod's engine with the KV the connector (NIXL) moved. Its
+    outcome is counted and shown, never a verdict: its failure is as often the peer's as this pod's."""
+
+    prefiller: str  # host:port of the prefill endpoint the sidecar is told to use (LLMD_PD_CANARY_PREFILLER)
+    port: int  # the sidecar's port on this pod
+    tls: bool  # the sidecar serves TLS (its self-signed certificate is not verified: it is this pod's own)
+
+
+@record
 class StepWatch:
     """A busy engine judged by its steps: while requests run, the samples in `signals` move on every
     engine step that does this role's work (healthchecks/forward.py). Requests running and none of them
@@ -152,6 +165,9 @@ class ProgressWatch:
     steps: StepWatch | None = None  # a busy engine's judge (None: busy time is not judged)
     # KV-transfer counters of the engine's connector, relayed into the launcher's /metrics by name
     kv_transfer: tuple[str, ...] = ()
+    pd_canary: PdCanary | None = (
+        None  # sent at every stall_seconds through the disagg sidecar (never a verdict)
+    )
 
 
 @record

@@ -99,6 +99,7 @@ def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
         SGLANG,
         pd_role(pool),
         _canary(pool, model.served_name or model.path),
+        sidecar=pool.disagg_sidecar if leader else None,
     )
     return ctx.plan(
         processes,

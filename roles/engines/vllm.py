@@ -182,6 +182,7 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
             pd_role(pool),
             _canary(pool, model.served_name or model.path),
             kv_transfer_counters(pool),
+            pool.disagg_sidecar if serves else None,
         ),
     )
 

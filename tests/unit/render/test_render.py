@@ -258,6 +258,7 @@ def test_readme_json_schema_matches_plan_to_dict(plan_json: Any) -> None:
         *watch, *watch["sources"][0], *watch["identity"], *plan["shutdown"], *probes["peers"][0],
         *probes["forward"], *probes["forward"]["sources"][0], *probes["forward"]["canary"],
         *probes["forward"]["steps"],
+        *plan_json(env={**DECODE, "LLMD_PD_CANARY_PREFILLER": "p:8000"})["probes"]["forward"]["pd_canary"],
         *(needs := plan["host_needs"]), *needs["derived_env"][0], *needs["modules"][0],
         *needs["memory"][0], *needs["flag_catalog"], *needs["rdma"], *needs["store_master"],
     }  # fmt: skip
