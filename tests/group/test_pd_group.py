@@ -85,6 +85,8 @@ def pd(tmp_path_factory: pytest.TempPathFactory, own_namespaces: None) -> Iterat
         "LLMD_LOG_FORMAT": "text",
         "LLMD_RECIPE_FILE": str(recipe),
         "STANDIN_SIDECAR_HOST": "0.0.0.0",  # the Go sidecar listens on every interface of its pod
+        # #32: decode's two-step canary through its sidecar to the prefill Service (prefill: a note only)
+        "LLMD_PD_CANARY_PREFILLER": "prefill:8000",
     }
     with open(workdir / "runner.out", "w") as out:
         proc = subprocess.Popen(
@@ -189,6 +191,32 @@ def test_a_request_through_the_sidecar_moves_the_kv_cache_from_prefill_to_decode
     # A non-disaggregated run of the same prompt at temperature 0 says the same.
     alone = _complete(f"{prefill}:8000", prompt)
     assert alone.json()["choices"][0]["text"] == answer.json()["choices"][0]["text"]
+
+
+def _pd_canaries(run: GroupRun, outcome: str, at_least: float, wait: float) -> float:
+    """Decode's launcher's llmd_launcher_pd_canary_total{outcome} once it reaches at_least (one P/D
+    canary per LLMD_STALL_SECONDS, 60 s here), or its last value after `wait` seconds."""
+    pod, value = run.pods()[DECODE], 0.0
+    until = time.monotonic() + wait
+    while time.monotonic() < until:
+        text = httpx.get(f"http://{pod['ip']}:{pod['probe_port']}/metrics", timeout=5).text
+        value = _counter(text, "llmd_launcher_pd_canary", outcome=outcome, pool="decode", role="decode")
+        if value >= at_least:
+            break
+        time.sleep(1)
+    return value
+
+
+def test_decodes_pd_canary_proves_prefill_nixl_decode(pd: GroupRun) -> None:
+    """LLMD_PD_CANARY_PREFILLER: decode's launcher sends its canary through the sidecar with the
+    router's x-prefiller-host-port header; the two-step path answered, counted ok, shown in /livez."""
+    ok = _pd_canaries(pd, "ok", 1, 150)
+    _, live = pd.probe(DECODE, "livez")
+    print(f"decode's P/D canary: {ok:.0f} ok; /livez: {live.get('pd_canary')}")
+    assert ok >= 1
+    assert live["pd_canary"]["prefiller"] == "prefill:8000" and live["pd_canary"]["counts"]["failed"] == 0
+    assert live["pd_canary"]["latest"].startswith("answered in ")
+    assert pd.probe(PREFILL, "livez")[1].get("pd_canary") is None  # prefill has no sidecar: none sent
 
 
 def _prefill_leg(url: str, prompt: str, headers: dict[str, str] | None = None) -> dict[str, Any]:
@@ -323,3 +351,10 @@ def test_when_the_prefill_engine_dies_mid_request_decode_fails_that_request_and_
         f"http://{_ip(pd, DECODE)}:8000", prompt, {"x-prefiller-host-port": f"{_ip(pd, PREFILL)}:8000"}
     )
     assert via.status_code == 502
+    # #32: decode's P/D canary now fails (the sidecar's 502) and is counted, never a verdict.
+    failed = _pd_canaries(pd, "failed", 1, 100)
+    _, live = pd.probe(DECODE, "livez")
+    print(f"decode's P/D canary, prefill gone: {failed:.0f} failed; /livez: {live.get('pd_canary')}")
+    assert failed >= 1 and live["pd_canary"]["latest"] == "failed: HTTP 502"
+    assert pd.probe(DECODE, "readyz")[0] == 200 and pd.probe(DECODE, "livez")[0] == 200
+    assert pd.exit_code(DECODE) is None
