@@ -101,3 +101,14 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=300,
     )  # fmt: skip
     return out
+
+
+def planned(container: MakeContainer, image: str, pool_recipe: str, env: dict[str, str]) -> str:
+    """What `plan` prints in `image` for a pod whose pool recipe (a deploy/ file, as its ConfigMap
+    mounts it) and env are given, with no network."""
+    recipe = (REPO / pool_recipe).read_text()
+    pod = container(image, recipe, env, ["--network=none"], ["plan"]).start()
+    assert pod.wait_exit(timeout=60) == 0, pod.logs()[-3000:]
+    out = pod.logs()
+    print(out[:1500])
+    return out

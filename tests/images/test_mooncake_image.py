@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 import time
 
-from tests.images.conftest import MOONCAKE_IMAGE, POD_IP, MakeContainer
-from tests.images.podman import REPO, Container, podman
+from tests.images.conftest import MOONCAKE_IMAGE, POD_IP, MakeContainer, planned
+from tests.images.podman import Container, podman
 
 RECIPE = (
     "name: mooncake-test\n"
@@ -49,12 +49,8 @@ def wait_for(pod: Container, url: str, pattern: str, timeout: float = 60) -> str
 
 
 def test_plan_prints_the_master_pods_plan(container: MakeContainer) -> None:
-    recipe = (REPO / "deploy/kimi-k3.1-pro/recipes/mooncake-master.yaml").read_text()
     env = {"LLMD_POOL": "mooncake-master", "POD_IP": "10.1.2.3", "POD_NAME": "kimi-k3-1-mooncake-master-0"}
-    pod = container(MOONCAKE_IMAGE, recipe, env, ["--network=none"], ["plan"]).start()
-    assert pod.wait_exit(timeout=60) == 0, pod.logs()[-3000:]
-    out = pod.logs()
-    print(out[:800])
+    out = planned(container, MOONCAKE_IMAGE, "deploy/kimi-k3.1-pro/recipes/mooncake-master.yaml", env)
     assert out.startswith("# recipe kimi-k3.1-pro | pool mooncake-master | role mooncake-master")
     assert "mooncake_master\n      --port=8700" in out
 

@@ -5,8 +5,8 @@ SGLang, readable by a non-root user too."""
 
 from __future__ import annotations
 
-from tests.images.conftest import POD, RUN_AS_IMAGE_USER, SGLANG_IMAGE, MakeContainer
-from tests.images.podman import REPO, podman
+from tests.images.conftest import POD, RUN_AS_IMAGE_USER, SGLANG_IMAGE, MakeContainer, planned
+from tests.images.podman import podman
 
 MANIFEST_ENV = {  # deploy/kimi-k3.1-pro/tpu/tpu.yaml's env (the fieldRefs filled as the kubelet would)
     "LLMD_POOL": "tpu",
@@ -20,11 +20,7 @@ BUILT = "/opt/llm-d-launcher/catalogs/sglang-server-0.5.23.json"  # `catalog bui
 
 
 def test_plan_prints_the_tpu_leaders_plan(container: MakeContainer) -> None:
-    recipe = (REPO / "deploy/kimi-k3.1-pro/tpu/recipe.yaml").read_text()  # the pool's ConfigMap
-    pod = container(SGLANG_IMAGE, recipe, MANIFEST_ENV, ["--network=none"], ["plan"]).start()
-    assert pod.wait_exit(timeout=60) == 0, pod.logs()[-3000:]
-    out = pod.logs()
-    print(out[:1200])
+    out = planned(container, SGLANG_IMAGE, "deploy/kimi-k3.1-pro/tpu/recipe.yaml", MANIFEST_ENV)
     assert out.startswith("# recipe kimi-k3.1-pro | pool tpu | role tpu-leader | worker 0 of 4")
     assert "sglang.launch_server" in out
 

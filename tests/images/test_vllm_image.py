@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-from tests.images.conftest import POD, RUN_AS_IMAGE_USER, VLLM_IMAGE, MakeContainer
+from tests.images.conftest import POD, RUN_AS_IMAGE_USER, VLLM_IMAGE, MakeContainer, planned
 from tests.images.podman import REPO, Container, podman
 
 MANIFEST_ENV = {  # deploy/kimi-k3.1-pro/decode.yaml's env (the fieldRefs filled as the kubelet would)
@@ -24,11 +24,7 @@ BUILT = "/opt/llm-d-launcher/catalogs/vllm-serve-0.32.0.json"  # `catalog build`
 
 
 def test_plan_prints_the_decode_pods_plan(container: MakeContainer) -> None:
-    recipe = (REPO / "deploy/kimi-k3.1-pro/recipes/decode.yaml").read_text()  # the pool's ConfigMap
-    pod = container(VLLM_IMAGE, recipe, MANIFEST_ENV, ["--network=none"], ["plan"]).start()
-    assert pod.wait_exit(timeout=60) == 0, pod.logs()[-3000:]
-    out = pod.logs()
-    print(out[:1500])
+    out = planned(container, VLLM_IMAGE, "deploy/kimi-k3.1-pro/recipes/decode.yaml", MANIFEST_ENV)
     assert out.startswith("# recipe kimi-k3.1-pro | pool decode | role decode | worker 0 of 4")
     assert "    vllm\n      serve\n" in out or "vllm serve" in out, out[:3000]
     assert "llm-d-router-disagg-sidecar" in out  # decode pods spawn the sidecar this image ships
