@@ -47,13 +47,19 @@ def _planned(recipe: Recipe, kind: str, version: str) -> dict[str, list[str]]:
 
 
 def _guide_commands(kind: str) -> dict[str, list[str]]:
+    """Each guide pod's own command, and decode's with the SGLang guide's optional HiCache component
+    (its args appended: the plan gives the same through LLMD_EXTRA_ARGS, test_golden_guides.py)."""
     recipes = {g["recipe"]: load_recipe(RecipeSource(g["recipe"], None)) for g in GUIDES}
-    return {
-        f"{g['recipe']}/{pod_name}/guide": guide_argv(pod)
-        for g in GUIDES
-        for pod_name, pod in g["pods"].items()
-        if recipes[g["recipe"]].pools[pod["pool"]].kind == kind
-    }
+    commands = {}
+    for g in GUIDES:
+        for pod_name, pod in g["pods"].items():
+            if recipes[g["recipe"]].pools[pod["pool"]].kind != kind:
+                continue
+            commands[f"{g['recipe']}/{pod_name}/guide"] = guide_argv(pod)
+            if pod_name == "decode" and "hicache_decode_args" in g:
+                hicache = {**pod, "args": [*pod["args"], *g["hicache_decode_args"]]}
+                commands[f"{g['recipe']}/{pod_name}+hicache/guide"] = guide_argv(hicache)
+    return commands
 
 
 CASES = [(kind, version) for kind, versions in RELEASES.items() for version in versions]

@@ -295,3 +295,20 @@ def test_the_guides_scripts_clear_dev_shm_which_the_launcher_does_by_ledger() ->
     assert scripts
     for pod in scripts:
         assert run_guide_shell(pod)["find"] == ["find", "/dev/shm", "-type", "f", "-delete"]
+
+
+def test_the_sglang_decode_hicache_component_is_three_extra_args(plan_json: Any) -> None:
+    """The P/D SGLang guide's optional component (components/sglang-decode-hicache) appends three args
+    to decode's command; with the launcher they are the decode pod's LLMD_EXTRA_ARGS (or the pool's
+    args in a recipe of one's own), and the plan is the guide's decode command with them."""
+    recipe = "pd-disaggregation-gpu-sglang"
+    data = yaml.safe_load((FIXTURES / f"{recipe}.yaml").read_text())
+    extra, pod = data["hicache_decode_args"], data["pods"]["decode"]
+    with_component = {**pod, "args": [*pod["args"], *extra]}
+    env = {"LLMD_POOL": pod["pool"], "POD_IP": POD_IP, **pod["lws_env"], "LLMD_EXTRA_ARGS": " ".join(extra)}
+    planned = words(engine(plan_json("--recipe", recipe, env=env))["argv"])
+    guide = words(guide_argv(with_component))
+    expected = DIFFERENCES.get((recipe, "decode"), [])
+    assert Counter(guide) - Counter(planned) == Counter(w for d in expected for w in d.guide)
+    assert Counter(planned) - Counter(guide) == Counter(w for d in expected for w in d.plan)
+    assert set(words(extra)) <= set(planned)
