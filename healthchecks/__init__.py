@@ -15,5 +15,8 @@
 - kvevents/    the KV-event watcher: wire format, sequence tracking, watcher, its metrics, IPv6 relay
 - deadline.py  the start-up deadline (LLMD_STARTUP_SECONDS)
 - forward.py   forward progress: token counters, a one-token canary when idle, the stall verdict
+- canary.py    the canary request and how its answer is judged (forward progress, the P/D canary)
+- pd_canary.py the P/D canary through the disagg sidecar: an Observer, never a verdict
+- kv_transfer.py  the connector's KV-transfer counters, relayed from the forward watch's reads
 - peers.py     the LWS group's other launchers: one lost ends this pod
 """

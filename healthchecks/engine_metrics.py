@@ -4,12 +4,28 @@ HTTP helper."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Protocol
+
+from prometheus_client.core import Metric
 
 from healthchecks.http import NoAnswer, http_get
 
 if TYPE_CHECKING:
     from aiohttp import ClientSession
+
+
+class MetricsReader(Protocol):
+    """Another use of the samples the forward watch reads from each API server's /metrics (one GET
+    serves all): it names its sample selectors, takes their values per source after every answered
+    read, and exports what it took. It judges nothing (healthchecks/kv_transfer.py)."""
+
+    selectors: tuple[str, ...]
+
+    def take(self, source: str, values: tuple[float | None, ...]) -> None:
+        """One value per selector (None: not exposed), as the source's latest answered read said."""
+
+    def metrics(self) -> Iterable[Metric]: ...
 
 
 def counter_sum(text: str, names: tuple[str, ...]) -> float | None:

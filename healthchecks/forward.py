@@ -39,85 +39,31 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import Metric
 
-from healthchecks.engine_metrics import read_sums
+from healthchecks.canary import OUTCOMES, refusal_fix, send_canary
+from healthchecks.engine_metrics import MetricsReader, read_sums
 from healthchecks.metrics import (
-    ENGINE_KV_TRANSFER,
     FORWARD_CANARIES,
     FORWARD_LAST_PROGRESS,
     FORWARD_LAST_STEP,
     FORWARD_STALLED,
-    PD_CANARIES,
     wall_time,
 )
 from healthchecks.watcher import Watcher
 from launcher.contract.exits import STALLED
 from launcher.contract.log import Log
-from launcher.contract.plan import Canary, ProgressSource, ProgressWatch
-from launcher.contract.redact import REDACTED
+from launcher.contract.plan import ProgressSource, ProgressWatch
 from launcher.contract.stop import EngineStop, Verdict
 
 if TYPE_CHECKING:
     from aiohttp import ClientSession
 
-CANARY_AGENT = "llm-d-launcher-canary"  # so the engine's access log says who sent it
-# The router's choice of prefill pod, which the disagg sidecar reads (llm-d/llm-d-router
-# pkg/sidecar/proxy/proxy.go requestHeaderPrefillHostPort).
-PREFILLER_HEADER = "x-prefiller-host-port"
-Outcome = Literal["ok", "failed", "refused"]
 Counts = tuple[float | None, ...]  # one value per sample selector (None: not exposed)
-OUTCOMES: tuple[Outcome, ...] = ("ok", "failed", "refused")
-
-
-def engine_api_key(canary: Canary, engine_env: Mapping[str, str]) -> str | None:
-    """The key the engine enforces, as its own environment gives it (the plan's env over the
-    launcher's, which it inherits); None when the engine reads none from there."""
-    if canary.api_key_env is None:
-        return None
-    return engine_env.get(canary.api_key_env) or None
-
-
-def judge(status: int) -> Outcome:
-    """200: the engine core worked. 5xx: it failed, stall evidence. Any other status is the API
-    server refusing the canary itself (its key, path, model or shape): not the engine's progress."""
-    if status == 200:
-        return "ok"
-    return "failed" if status >= 500 else "refused"
-
-
-def refusal_fix(status: int, canary: Canary, key_sent: bool) -> str:
-    """Why the canary was refused, and what makes it right; said once in the log."""
-    if status in (401, 403):
-        if canary.api_key_env is None:
-            why = "the engine enforces an API key the launcher cannot send"
-        elif key_sent:
-            why = f"the engine refused the key in {canary.api_key_env}"
-        else:
-            why = "the engine enforces an API key the launcher cannot see"
-        return f"{why}: {canary.key_fix}"
-    if status == 404:
-        return (
-            f"the engine serves no POST {canary.path} for model {canary.body.get('model')}: {canary.path_fix}"
-        )
-    if status in (400, 422):
-        return (
-            f"the engine refused the canary's request shape (POST {canary.path}): set LLMD_STALL_SECONDS=0 "
-            "to send none, and report the engine's answer"
-        )
-    return f"HTTP {status} proves neither progress nor a stall; the canary is asked again a window later"
-
-
-@dataclass(frozen=True)
-class CanaryAnswer:
-    outcome: Outcome
-    detail: str  # for /livez and the verdict: the status or the failure, never a body
-    status: int | None = None
-    excerpt: str = ""  # the head of the reply's body, for the log only
 
 
 @dataclass
@@ -127,7 +73,6 @@ class SourceState:
     progress_at: float | None = None  # when they last moved, or a canary came back
     step_at: float | None = None  # when the engine last made a step, or last had none to make
     running: float | None = None  # requests being stepped, as the latest answered /metrics said
-    transfer: Counts = ()  # the connector's KV-transfer counters, as the latest answered /metrics said
     canaried_at: float | None = None  # when the latest canary came back, answered or refused
     read: str = "not read yet"  # the latest /metrics outcome
     busy: bool = False  # the latest answered /metrics said requests were running or waiting
@@ -167,12 +112,12 @@ class ForwardWatcher(Watcher):
         log: Log,
         api_key: str | None = None,
         clock: Callable[[], float] = time.monotonic,
-        pool: str = "",
+        readers: Sequence[MetricsReader] = (),
     ) -> None:
         """started(): whether start-up has ended; timeout: for reading /metrics (the canary has its own);
-        api_key: engine_api_key's answer, sent as a Bearer token; pool: the pod's, a label of the
-        relayed KV-transfer counters."""
-        self.watch, self.pool = watch, pool
+        api_key: the engine's (healthchecks/canary.py engine_api_key), sent as a Bearer token; readers:
+        other uses of the same /metrics reads (the KV-transfer relay)."""
+        self.watch, self.readers = watch, tuple(readers)
         self.states = [SourceState(s) for s in watch.sources]
         self.started, self.interval, self.timeout = started, interval, timeout
         self.log, self.clock = log, clock
@@ -180,9 +125,6 @@ class ForwardWatcher(Watcher):
         self.stalled: str | None = None  # the verdict, once given
         self.stalled_source: str | None = None  # the API server it is about
         self.told: set[int] = set()  # the refusals already logged, by status
-        self.pd_canary = "none sent"  # the latest P/D canary's outcome (plan's pd_canary)
-        self.pd_canaries: Counter[str] = Counter()  # by outcome: ok, failed, refused
-        self._pd_outcome: Outcome | None = None  # logged when it changes
 
     async def run(self) -> Verdict:
         """Until a stall (its verdict) or the task is cancelled."""
@@ -191,8 +133,6 @@ class ForwardWatcher(Watcher):
         connector = aiohttp.TCPConnector(force_close=True)
         async with aiohttp.ClientSession(connector=connector) as session:
             watches = [asyncio.ensure_future(self._watch_source(session, state)) for state in self.states]
-            if self.watch.pd_canary is not None:
-                watches.append(asyncio.ensure_future(self._pd_canaries(session)))
             try:
                 done, _ = await asyncio.wait(watches, return_when=asyncio.FIRST_COMPLETED)
                 for watch in done:
@@ -261,7 +201,8 @@ class ForwardWatcher(Watcher):
             return
         if now - self._window_began(state) < self.watch.stall_seconds or state.busy:
             return
-        answer = await self._canary(session, f"http://127.0.0.1:{state.source.port}")
+        base = f"http://127.0.0.1:{state.source.port}"
+        answer = await send_canary(session, base, self.watch, self._api_key, clock=self.clock)
         state.canary, state.canaried_at = answer.detail, self.clock()
         state.canaries[answer.outcome] += 1
         if answer.outcome == "ok":
@@ -318,13 +259,13 @@ class ForwardWatcher(Watcher):
 
     async def _read(self, session: ClientSession, state: SourceState) -> Counts | None:
         """The counters (None: not read); notes in the state whether requests are running or waiting
-        (a read that failed says no), how many run, and the connector's KV-transfer counters."""
+        (a read that failed says no) and how many run; hands the readers their samples."""
         watch = self.watch
         running = watch.steps.running if watch.steps is not None else ()
         groups = (
             (watch.busy, running),
             tuple((c,) for c in watch.counters),
-            tuple((c,) for c in watch.kv_transfer),
+            *(tuple((c,) for c in reader.selectors) for reader in self.readers),
         )
         sums, failed = await read_sums(
             session, "127.0.0.1", state.source.port, tuple(g for part in groups for g in part), self.timeout
@@ -336,89 +277,23 @@ class ForwardWatcher(Watcher):
             return None
         if running:
             state.running = in_step or 0.0
-        state.transfer = sums[2 + len(watch.counters) :]
+        rest = sums[2 + len(watch.counters) :]
+        for reader in self.readers:
+            reader.take(state.source.name, rest[: len(reader.selectors)])
+            rest = rest[len(reader.selectors) :]
         exposed = [v for v in tokens if v is not None]
         state.read = f"{sum(exposed):.0f} tokens" if exposed else "no token counters"
         if state.busy:
             state.read += f", {requests:g} requests running or waiting"
         return tokens
 
-    async def _pd_canaries(self, session: ClientSession) -> None:
-        """The canary through the disagg sidecar, asking it for the two-step path with the planned
-        prefill endpoint: every stall_seconds once start-up has ended. Counted, shown in /livez and
-        logged when its outcome changes; never a verdict (a failure is as often the peer's)."""
-        pd = self.watch.pd_canary
-        assert pd is not None
-        base = f"{'https' if pd.tls else 'http'}://127.0.0.1:{pd.port}"
-        while not self.started():
-            await asyncio.sleep(self.interval)
-        while True:
-            # One window after start-up first: the sidecar, started beside the engine, may still be
-            # coming up (a TLS one makes its certificate) when the engine answers.
-            await asyncio.sleep(self.watch.stall_seconds)
-            if self.started():
-                answer = await self._canary(session, base, {PREFILLER_HEADER: pd.prefiller}, tls=pd.tls)
-                if answer.outcome != self._pd_outcome:
-                    log = self.log.info if answer.outcome == "ok" else self.log.warning
-                    log(
-                        f"P/D canary {answer.detail} (never a verdict)",
-                        prefiller=pd.prefiller,
-                        answer=answer.excerpt,
-                    )
-                self.pd_canary, self._pd_outcome = answer.detail, answer.outcome
-                self.pd_canaries[answer.outcome] += 1
-
-    async def _canary(
-        self, session: ClientSession, base: str, extra: Mapping[str, str] | None = None, tls: bool = False
-    ) -> CanaryAnswer:
-        """The canary POSTed to base (scheme://host:port); tls: to the pod's own sidecar, whose
-        certificate (self-signed unless it was given one) is not verified."""
-        import aiohttp
-
-        seconds, canary = self.watch.canary_seconds, self.watch.canary
-        headers = {"User-Agent": CANARY_AGENT, **(extra or {})}
-        if self._api_key is not None:
-            headers["Authorization"] = f"Bearer {self._api_key}"
-        began = self.clock()
-        try:
-            async with session.post(
-                f"{base}{canary.path}",
-                json=dict(canary.body),
-                headers=headers,
-                timeout=aiohttp.ClientTimeout(total=seconds),
-                ssl=not tls,
-            ) as reply:
-                body = await reply.read()
-                status = reply.status
-        except asyncio.TimeoutError:
-            return CanaryAnswer("failed", f"timed out after {seconds:g} s")
-        except aiohttp.ClientError as exc:
-            return CanaryAnswer("failed", f"failed: {type(exc).__name__}: {exc}")
-        outcome = judge(status)
-        if outcome == "ok":
-            return CanaryAnswer(outcome, f"answered in {self.clock() - began:.2f} s", status)
-        excerpt = " ".join(body.decode("utf-8", errors="replace").split())[:200]
-        if self._api_key is not None:  # an answer may echo the request's header
-            excerpt = excerpt.replace(self._api_key, REDACTED)
-        verb = "failed" if outcome == "failed" else "refused"
-        return CanaryAnswer(outcome, f"{verb}: HTTP {status}", status, excerpt)
-
     # -------------------------------------------------------------- the watcher protocol
     def not_live(self) -> str | None:
         return self.stalled
 
     def live_facts(self) -> dict[str, Any]:
-        """The busy bound, so /livez says how long a hang with requests in flight may last; the P/D
-        canary's latest outcome and counts, so a broken two-step path shows on a pod that stays live."""
-        facts: dict[str, Any] = {} if self.watch.steps is None else {"step_seconds": self.watch.steps.seconds}
-        if (pd := self.watch.pd_canary) is not None:
-            facts["pd_canary"] = {
-                "prefiller": pd.prefiller,
-                "latest": self.pd_canary,
-                "counts": {o: self.pd_canaries[o] for o in OUTCOMES},
-                "verdict": "never: a failure is as often the prefill peer's",
-            }
-        return facts
+        """The busy bound, so /livez says how long a hang with requests in flight may last."""
+        return {} if self.watch.steps is None else {"step_seconds": self.watch.steps.seconds}
 
     def details(self) -> dict[str, Any]:
         now = self.clock()
@@ -428,7 +303,6 @@ class ForwardWatcher(Watcher):
     def metrics(self) -> Iterator[Metric]:
         progress, stalled = FORWARD_LAST_PROGRESS.family(), FORWARD_STALLED.family()
         canaries, step = FORWARD_CANARIES.family(), FORWARD_LAST_STEP.family()
-        transfer, pd = ENGINE_KV_TRANSFER.family(), PD_CANARIES.family()
         now = self.clock()
         for state in self.states:
             name = [state.source.name]
@@ -439,13 +313,9 @@ class ForwardWatcher(Watcher):
             stalled.add_metric(name, float(self.stalled_source == state.source.name))
             for outcome in OUTCOMES:
                 canaries.add_metric([state.source.name, outcome], state.canaries[outcome])
-            for counter, value in zip(self.watch.kv_transfer, state.transfer, strict=False):
-                if value is not None:
-                    transfer.add_metric([state.source.name, self.pool, self.watch.role, counter], value)
-        if self.watch.pd_canary is not None:
-            for outcome in OUTCOMES:
-                pd.add_metric([self.pool, self.watch.role, outcome], self.pd_canaries[outcome])
-        yield from (progress, step, stalled, canaries, transfer, pd)
+        yield from (progress, step, stalled, canaries)
+        for reader in self.readers:
+            yield from reader.metrics()
 
 
 async def _cancel(tasks: Iterable[asyncio.Future[Any]]) -> None:

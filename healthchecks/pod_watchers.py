@@ -43,25 +43,28 @@ def build_watchers(
 
             hydration = Hydration(plan.model_path, settings.park_seconds)
         watchers.append(StartupDeadline(health, probes.startup_seconds, hydration=hydration, log=log))
-    if probes.forward is not None:
-        from healthchecks.forward import ForwardWatcher, engine_api_key
+    if (forward := probes.forward) is not None:
+        from healthchecks.canary import engine_api_key
+        from healthchecks.forward import ForwardWatcher
 
         def serving() -> bool:
             return health.started_at is not None and health.phase != STOPPING
 
         # The engine's environment as the supervisor spawns it: the pod's, then the plan's.
-        key = engine_api_key(probes.forward.canary, {**os.environ, **plan.engine.env})
-        watchers.append(
-            ForwardWatcher(
-                probes.forward,
-                serving,
-                settings.check_interval,
-                settings.check_timeout,
-                log,
-                key,
-                pool=plan.role.pool,
+        key = engine_api_key(forward.canary, {**os.environ, **plan.engine.env})
+        readers = []
+        if probes.kv_transfer:
+            from healthchecks.kv_transfer import KvTransferRelay
+
+            readers.append(KvTransferRelay(probes.kv_transfer, plan.role.pool, forward.role))
+        interval, timeout = settings.check_interval, settings.check_timeout
+        watchers.append(ForwardWatcher(forward, serving, interval, timeout, log, key, readers=readers))
+        if probes.pd_canary is not None:
+            from healthchecks.pd_canary import PdCanaryWatcher
+
+            watchers.append(
+                PdCanaryWatcher(probes.pd_canary, forward, serving, interval, log, key, plan.role.pool)
             )
-        )
     if probes.peers:
         from healthchecks.peers import PeerWatcher
 

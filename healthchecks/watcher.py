@@ -1,6 +1,8 @@
 """The watcher protocol: what every background watcher of the pod offers the probes, /metrics and the
 supervisor. A watcher runs until cancelled or until it finds the pod broken; then `run` returns a
-Verdict that carries how the pod must stop, and run.py hands it to the supervisor.
+Verdict that carries how the pod must stop, and run.py hands it to the supervisor. An Observer is the
+watcher that never gives a verdict (the P/D canary): it counts and shows, and may answer a readiness
+check, but nothing it sees ends the pod.
 
 The pod's watchers are built from the plan by healthchecks/pod_watchers.py; PodHealth and
 healthchecks/metrics.py iterate over them (docs/adding-a-watcher.md).
@@ -49,3 +51,17 @@ class Watcher(Protocol):
     def metrics(self) -> Iterable[Metric]:
         """Its metric families, read at scrape time, built from declarations in healthchecks/metrics.py."""
         return ()
+
+
+class Observer(Watcher):
+    """A watcher that is never a liveness verdict: its failures are as often someone else's (a P/D
+    peer), or they gate readiness only. `run` watches until cancelled and returns nothing; `not_live`
+    is always None. It shows what it sees in live_facts, details and metrics; answer() may gate
+    readiness."""
+
+    async def run(self) -> None:
+        """Until cancelled: never a verdict."""
+        ...
+
+    def not_live(self) -> str | None:
+        return None  # never: nothing it sees ends the pod

@@ -170,7 +170,7 @@ def _add_plan(sub: _Commands) -> None:
         choices=("text", "shell", "json"),
         default="text",
         help="text: readable (the default); shell: copy-pasteable sh script; json: stable schema "
-        "llm-d-launcher/plan/v1 (group: llm-d-launcher/group/v1)",
+        "llm-d-launcher/plan/v2 (group: llm-d-launcher/group/v2)",
     )
     plan.add_argument(
         "--group", action="store_true", help="plan every pod of the LWS group and check the group as a whole"

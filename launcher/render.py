@@ -31,8 +31,8 @@ from launcher.contract.plan import (
 )
 from launcher.contract.redact import REDACTED, is_secret_name, redact_argv, redact_env
 
-PLAN_SCHEMA = "llm-d-launcher/plan/v1"
-GROUP_SCHEMA = "llm-d-launcher/group/v1"
+PLAN_SCHEMA = "llm-d-launcher/plan/v2"
+GROUP_SCHEMA = "llm-d-launcher/group/v2"
 
 
 # ---------------------------------------------------------------- json
@@ -212,6 +212,8 @@ def _probes_dict(probes: Probes) -> dict[str, Any]:
         "forward": None if probes.forward is None else _forward_dict(probes.forward),
         "forward_watched_by": probes.forward_watched_by,
         "startup_seconds": probes.startup_seconds,
+        "kv_transfer": list(probes.kv_transfer),
+        "pd_canary": None if probes.pd_canary is None else asdict(probes.pd_canary),
     }
 
 
@@ -255,8 +257,6 @@ def _forward_dict(watch: ProgressWatch) -> dict[str, Any]:
             "seconds": watch.steps.seconds,
             "source": watch.steps.why,
         },
-        "kv_transfer": list(watch.kv_transfer),
-        "pd_canary": None if watch.pd_canary is None else asdict(watch.pd_canary),
     }
 
 
@@ -406,12 +406,12 @@ def _probes_text(probes: Probes) -> list[str]:
             f"stalled: /livez 503, exit 5; a 4xx is a wrong canary, logged once, never a stall{covers}"
         )
         out.append(_steps_line(watch))
-        if watch.kv_transfer:
+        if probes.kv_transfer:
             out.append(
-                f"  KV transfer: {' / '.join(watch.kv_transfer)} relayed into /metrics "
+                f"  KV transfer: {' / '.join(probes.kv_transfer)} relayed into /metrics "
                 "(llmd_launcher_engine_kv_transfer_total, with pool and role)"
             )
-        if (pd := watch.pd_canary) is not None:
+        if (pd := probes.pd_canary) is not None:
             scheme = "https" if pd.tls else "http"
             out.append(
                 f"  P/D canary: every {watch.stall_seconds:g} s the canary through the disagg sidecar "

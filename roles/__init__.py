@@ -81,8 +81,7 @@ def build_plan(
     )
     plan = family.build(ctx, derived.pool)
     notes = _input_notes(settings, recipe, derived.pool, ctx.shutdown)
-    forward = plan.probes.forward
-    if settings.pd_canary_prefiller is not None and (forward is None or forward.pd_canary is None):
+    if settings.pd_canary_prefiller is not None and plan.probes.pd_canary is None:
         notes.append(
             "LLMD_PD_CANARY_PREFILLER is set but this pod sends no P/D canary: it needs a disagg sidecar "
             "in front of a serving engine and the forward-progress watch (LLMD_STALL_SECONDS > 0)"

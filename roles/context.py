@@ -83,23 +83,13 @@ class BuildContext:
         return merged
 
     def progress_watch(
-        self,
-        sources: list[ProgressSource],
-        family: EngineFamily[Any],
-        pd_role: str,
-        canary: Canary,
-        kv_transfer: tuple[str, ...] = (),
-        sidecar: DisaggSidecar | None = None,
+        self, sources: list[ProgressSource], family: EngineFamily[Any], pd_role: str, canary: Canary
     ) -> ProgressWatch | None:
         """The forward-progress watch of a serving engine in its P/D role (roles/engines/family.py
         DECODE, PREFILL, BOTH): the counters it watches are the role's step signals; None when
-        LLMD_STALL_SECONDS is 0. sidecar: the disagg sidecar fronting it, which the P/D canary goes
-        through when LLMD_PD_CANARY_PREFILLER names a prefill endpoint."""
+        LLMD_STALL_SECONDS is 0."""
         if self.stall_seconds <= 0 or not sources or family.steps is None:
             return None
-        pd_canary = None
-        if sidecar is not None and self.pd_canary_prefiller is not None:
-            pd_canary = PdCanary(self.pd_canary_prefiller, sidecar.port, sidecar.tls)
         return ProgressWatch(
             tuple(sources),
             family.steps.signals(pd_role),
@@ -109,9 +99,14 @@ class BuildContext:
             busy=family.busy_gauges,
             role=pd_role,
             steps=family.steps.watch(pd_role, self.step_seconds),
-            kv_transfer=kv_transfer,
-            pd_canary=pd_canary,
         )
+
+    def pd_canary(self, sidecar: DisaggSidecar | None) -> PdCanary | None:
+        """The P/D canary through the disagg sidecar fronting the serving engine, when
+        LLMD_PD_CANARY_PREFILLER names a prefill endpoint."""
+        if sidecar is None or self.pd_canary_prefiller is None:
+            return None
+        return PdCanary(self.pd_canary_prefiller, sidecar.port, sidecar.tls)
 
     def startup_env(self, name: str | None) -> dict[str, str]:
         """An engine start-up timeout that would fire before the launcher's deadline, raised to it
@@ -185,9 +180,12 @@ class BuildContext:
         progress: StartupOutput | None = None,
         kv_events: KvEventsWatch | None = None,
         forward: ProgressWatch | None = None,
+        kv_transfer: tuple[str, ...] = (),
+        pd_sidecar: DisaggSidecar | None = None,
     ) -> Plan:
         """leader_port: the leader's API port, which workers watch; progress: how the engine's output
-        tells its start-up phase."""
+        tells its start-up phase; kv_transfer: the connector's counters relayed, and pd_sidecar: the
+        disagg sidecar the P/D canary goes through, both beside the forward watch (none without it)."""
         files = files or []
         for process in processes:
             for port in process.ports:
@@ -221,6 +219,8 @@ class BuildContext:
                 self.leader_name,
                 forward,
                 self.startup_seconds,
+                kv_transfer if forward is not None else (),
+                self.pd_canary(pd_sidecar) if forward is not None else None,
             ),
             kv_events=kv_events,
         )

@@ -27,6 +27,7 @@ from launcher.contract.plan import (
     LEADER_PLACEHOLDER,
     Check,
     EventsFlowing,
+    PdCanary,
     Peer,
     Probes,
     ProcessSpec,
@@ -49,6 +50,8 @@ def build_probes(
     leader_name: str | None = None,
     forward: ProgressWatch | None = None,
     startup_seconds: float = 0.0,
+    kv_transfer: tuple[str, ...] = (),
+    pd_canary: PdCanary | None = None,
 ) -> Probes:
     """events_flowing: the recipe asked for "KV events flowing once a request was served" as well.
     peer_lost_seconds: 0 watches no peer; leader_name: the leader as LWS names it (peers are watched
@@ -85,6 +88,8 @@ def build_probes(
         forward=forward,
         peer_lost_seconds=peer_lost_seconds,
         startup_seconds=startup_seconds,
+        kv_transfer=kv_transfer,
+        pd_canary=pd_canary,
     )
 
 

@@ -121,7 +121,7 @@ class Canary:
 
 @record
 class PdCanary:
-    """The P/D two-step path proved end to end: the watch's canary POSTed to the pod's disagg sidecar
+    """The P/D two-step path proved end to end: the forward watch's canary POSTed to the pod's disagg sidecar
     with the `x-prefiller-host-port` header, the header the router sets with its choice of prefill pod
     (llm-d/llm-d-router pkg/sidecar/proxy/proxy.go). The sidecar runs the prompt on that prefill
     endpoint, then the decode leg on this pod's engine with the KV the connector (NIXL) moved. Its
@@ -163,11 +163,6 @@ class ProgressWatch:
     covers: tuple[str, ...] = ()  # the group's headless pods whose stall this watch sees
     role: str = "prefill and decode"  # the pod's part in P/D, whose work the counters follow
     steps: StepWatch | None = None  # a busy engine's judge (None: busy time is not judged)
-    # KV-transfer counters of the engine's connector, relayed into the launcher's /metrics by name
-    kv_transfer: tuple[str, ...] = ()
-    pd_canary: PdCanary | None = (
-        None  # sent at every stall_seconds through the disagg sidecar (never a verdict)
-    )
 
 
 @record
@@ -198,6 +193,11 @@ class Probes:
     peer_lost_seconds: float = 0.0  # how long a peer that answered once may fail before it counts as lost
     forward: ProgressWatch | None = None  # this pod's serving engine, watched for forward progress
     forward_watched_by: str | None = None  # a headless pod: whose watch sees its stall
+    # Beside the forward watch, never a verdict: the connector's KV-transfer counters, read on its
+    # /metrics reads and relayed into the launcher's /metrics by name (healthchecks/kv_transfer.py);
+    # the P/D canary, sent every stall_seconds through the disagg sidecar (healthchecks/pd_canary.py).
+    kv_transfer: tuple[str, ...] = ()
+    pd_canary: PdCanary | None = None
     startup_seconds: float = 0.0  # start-up not ended this long after launch ends the pod (0: never)
 
 

@@ -99,7 +99,6 @@ def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
         SGLANG,
         pd_role(pool),
         _canary(pool, model.served_name or model.path),
-        sidecar=pool.disagg_sidecar if leader else None,
     )
     return ctx.plan(
         processes,
@@ -108,6 +107,7 @@ def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
         leader_port=pool.port,
         progress=SGLANG.startup_output(ctx.engine_release),
         forward=watch,
+        pd_sidecar=pool.disagg_sidecar if leader else None,
     )
 
 

@@ -177,13 +177,10 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
         progress=VLLM.startup_output(ctx.engine_release),
         kv_events=_kv_events_watch(pool, ctx, kv_identity(engine)) if serves else None,
         forward=ctx.progress_watch(
-            _progress_sources(pool, ctx),
-            VLLM,
-            pd_role(pool),
-            _canary(pool, model.served_name or model.path),
-            kv_transfer_counters(pool),
-            pool.disagg_sidecar if serves else None,
+            _progress_sources(pool, ctx), VLLM, pd_role(pool), _canary(pool, model.served_name or model.path)
         ),
+        kv_transfer=kv_transfer_counters(pool),
+        pd_sidecar=pool.disagg_sidecar if serves else None,
     )
 
 

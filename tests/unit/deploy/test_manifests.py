@@ -311,7 +311,7 @@ def test_every_pod_plans_without_error(name: str, doc: dict[str, Any], run_cli: 
         env |= {"LWS_LEADER_ADDRESS": leader, "LWS_GROUP_SIZE": str(size), "LWS_WORKER_INDEX": "0"}
         code, out, err = run_cli("plan", "--group", "--format", "json", env=env)
         assert code == 0, err
-        assert '"ok": true' in out and out.count('"schema": "llm-d-launcher/plan/v1"') == size
+        assert '"ok": true' in out and out.count('"schema": "llm-d-launcher/plan/v2"') == size
     else:
         code, _, err = run_cli("plan", env=env)
         assert code == 0, err

@@ -17,11 +17,13 @@ import pytest
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from healthchecks.forward import ForwardWatcher, engine_api_key, judge
+from healthchecks.canary import engine_api_key, judge
+from healthchecks.forward import ForwardWatcher
 from healthchecks.metrics import build_registry
 from healthchecks.pod_watchers import build_watchers
 from healthchecks.server import ProbeServer
 from healthchecks.state import PodHealth
+from healthchecks.watcher import Watcher
 from launcher.contract.plan import Check, Plan, Probes, ProgressSource, ProgressWatch
 from launcher.contract.redact import Scrubber
 from launcher.contract.stop import RUNNING
@@ -116,7 +118,7 @@ def _watch(engine: Engine, seconds: float, api_key: str | None = None) -> tuple[
     return asyncio.run(scenario())
 
 
-def _exposition(watcher: ForwardWatcher) -> str:
+def _exposition(watcher: Watcher) -> str:
     health = PodHealth(Probes(8090, ready=(), started=Check("engine", "engine")))
     health.watchers = (watcher,)
     return generate_latest(build_registry(health)[0]).decode()

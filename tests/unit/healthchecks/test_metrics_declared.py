@@ -9,8 +9,10 @@ import structlog
 from prometheus_client import generate_latest
 
 from healthchecks.forward import ForwardWatcher
+from healthchecks.kv_transfer import KvTransferRelay
 from healthchecks.kvevents.watcher import KvEventWatcher
 from healthchecks.metrics import METRICS, build_registry
+from healthchecks.pd_canary import PdCanaryWatcher
 from healthchecks.peers import PeerWatcher
 from healthchecks.state import BuildInfo, PodHealth
 from healthchecks.store_master import StoreMasterWatcher
@@ -18,6 +20,7 @@ from launcher.contract.plan import (
     Check,
     KvEventSource,
     KvEventsWatch,
+    PdCanary,
     Peer,
     Probes,
     ProgressSource,
@@ -29,8 +32,8 @@ from tests.unit.healthchecks.loopback import completion_canary
 
 @pytest.fixture
 def health(monkeypatch: pytest.MonkeyPatch) -> PodHealth:
-    """A pod with every optional family present: KV events, forward progress, peers, weight loading,
-    build info, a start-up deadline, a store master."""
+    """A pod with every optional family present: KV events, forward progress and its KV-transfer relay,
+    the P/D canary, peers, weight loading, build info, a start-up deadline, a store master."""
     probes = Probes(
         port=9100, ready=(Check("engine", "engine"),), started=Check("engine", "engine"), startup_seconds=60.0
     )
@@ -42,7 +45,8 @@ def health(monkeypatch: pytest.MonkeyPatch) -> PodHealth:
     master = StoreMaster("mooncake master", "m:8700", "http://m:8080/metadata", "s", "fix", reregister=True)
     health.watchers = (
         KvEventWatcher(KvEventsWatch((KvEventSource(0, 5557, None, 8000),), 60.0), log),
-        ForwardWatcher(watch, lambda: True, 1.0, 1.0, log),
+        ForwardWatcher(watch, lambda: True, 1.0, 1.0, log, readers=[KvTransferRelay(("t",), "d", "d")]),
+        PdCanaryWatcher(PdCanary("p:8000", 8000, tls=False), watch, lambda: True, 1.0, log),
         PeerWatcher(with_peers, 1.0, 1.0, log),
         StoreMasterWatcher(master, "marker", 1.0, 1.0, log),
     )

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from healthchecks.forward import ForwardWatcher
+from healthchecks.pd_canary import PdCanaryWatcher
 from launcher.contract.plan import PdCanary, ProgressSource, ProgressWatch
 from tests.ports import free_port
 from tests.unit.healthchecks.loopback import completion_canary, serve_engine
@@ -27,8 +28,8 @@ SETTING = "LLMD_PD_CANARY_PREFILLER"
 def test_a_prefill_endpoint_is_planned_through_the_decode_pods_sidecar(
     plan_json: Any, run_cli: Any, value: str
 ) -> None:
-    forward = plan_json(env={**DECODE, SETTING: value})["probes"]["forward"]
-    assert forward["pd_canary"] == {"prefiller": value, "port": 8000, "tls": False}
+    probes = plan_json(env={**DECODE, SETTING: value})["probes"]
+    assert probes["pd_canary"] == {"prefiller": value, "port": 8000, "tls": False}
     _, out, _ = run_cli("plan", env={**DECODE, SETTING: value})
     assert (
         f"  P/D canary: every 60 s the canary through the disagg sidecar (http :8000) with "
@@ -39,9 +40,9 @@ def test_a_prefill_endpoint_is_planned_through_the_decode_pods_sidecar(
 
 
 def test_off_by_default_and_said_where_no_sidecar_can_carry_it(plan_json: Any) -> None:
-    assert plan_json(env=DECODE)["probes"]["forward"]["pd_canary"] is None
+    assert plan_json(env=DECODE)["probes"]["pd_canary"] is None
     prefill = plan_json(env={**PREFILL, SETTING: "10.64.2.2:8000"})
-    assert prefill["probes"]["forward"]["pd_canary"] is None
+    assert prefill["probes"]["pd_canary"] is None
     assert any(n.startswith(f"{SETTING} is set but this pod sends no P/D canary") for n in prefill["notes"])
 
 
@@ -56,26 +57,31 @@ def test_anything_but_host_port_is_one_line_exit_2(run_cli: Any, value: str) -> 
     assert len(lines) == 1 and SETTING in lines[0] and "host:port" in lines[0], err
 
 
-def _pd_watch(engine: Engine, sidecar: Engine, seconds: float) -> tuple[ForwardWatcher, Recorder]:
+def _pd_watch(engine: Engine, sidecar: Engine, seconds: float) -> tuple[PdCanaryWatcher, Recorder]:
     """The engine watched as a source (its own canary answers); the P/D canary to `sidecar`."""
 
-    async def scenario() -> tuple[ForwardWatcher, Recorder]:
+    async def scenario() -> tuple[PdCanaryWatcher, Recorder]:
         port, sidecar_port = free_port(), free_port()
         runners = [await serve_engine(engine, port), await serve_engine(sidecar, sidecar_port)]
         watch = ProgressWatch(
             (ProgressSource("engine", port),), COUNTERS, completion_canary(), 0.2, 0.5, busy=BUSY,
-            role="decode", pd_canary=PdCanary("10.64.1.10:8000", sidecar_port, tls=False),
+            role="decode",
         )  # fmt: skip
         log = Recorder()
-        watcher = ForwardWatcher(watch, lambda: True, 0.05, 0.5, log, KEY, pool="decode")
-        task = asyncio.create_task(watcher.run())
+        pd = PdCanary("10.64.1.10:8000", sidecar_port, tls=False)
+        forward = ForwardWatcher(watch, lambda: True, 0.05, 0.5, log, KEY)
+        watcher = PdCanaryWatcher(pd, watch, lambda: True, 0.05, log, KEY, pool="decode")
+        tasks = [asyncio.create_task(forward.run()), asyncio.create_task(watcher.run())]
         try:
-            await asyncio.wait({task}, timeout=seconds)
-            if task.done():
-                task.result()
+            await asyncio.wait(tasks, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+            for task in tasks:
+                if task.done():
+                    task.result()
+            assert forward.stalled is None
             return watcher, log
         finally:
-            task.cancel()
+            for task in tasks:
+                task.cancel()
             for runner in runners:
                 await runner.cleanup()
 
@@ -100,7 +106,7 @@ def test_the_pd_canary_carries_the_prefiller_header_and_the_key_and_counts_ok() 
 
 def test_a_failing_two_step_path_is_counted_and_told_never_a_verdict() -> None:
     watcher, log = _pd_watch(Engine(key=KEY), Engine(key=KEY, status=502), 1.0)
-    assert watcher.stalled is None and watcher.not_live() is None
+    assert watcher.not_live() is None
     facts = watcher.live_facts()["pd_canary"]
     assert (
         facts["latest"] == "failed: HTTP 502"

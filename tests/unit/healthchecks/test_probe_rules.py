@@ -105,7 +105,8 @@ def test_probe_rules_per_role(plan_json: Any, role: str) -> None:
     env, expected = ROLES[role]
     plan = plan_json(env=env)
     assert plan["role"]["name"] == role
-    shown_elsewhere = ("peers", "peer_lost_seconds", "forward", "forward_watched_by", "startup_seconds")
+    shown_elsewhere = ["peers", "peer_lost_seconds", "forward", "forward_watched_by", "startup_seconds"]
+    shown_elsewhere += ["kv_transfer", "pd_canary"]  # beside forward: tested below and in test_pd_canary
     probes = {k: v for k, v in plan["probes"].items() if k not in shown_elsewhere}
     assert probes == expected
 
@@ -154,11 +155,11 @@ COUNTERS = {  # #32: decode watches its generation only, prefill its prompt side
 
 
 def test_p_d_pods_relay_their_connectors_kv_transfer_counters(plan_json: Any) -> None:
-    decode = plan_json(env=ROLES["decode"][0])["probes"]["forward"]
+    decode = plan_json(env=ROLES["decode"][0])["probes"]
     assert "vllm:nixl_num_failed_transfers_total" in decode["kv_transfer"]
     assert "vllm:mooncake_store_operation_failed_keys_total" in decode["kv_transfer"]
     assert "vllm:external_prefix_cache_hits_total" in decode["kv_transfer"]
-    assert plan_json(env=ROLES["tpu-leader"][0])["probes"]["forward"]["kv_transfer"] == []
+    assert plan_json(env=ROLES["tpu-leader"][0])["probes"]["kv_transfer"] == []
 
 
 def test_stall_seconds_zero_watches_nothing(plan_json: Any) -> None:

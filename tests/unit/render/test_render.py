@@ -111,7 +111,7 @@ def test_secrets_are_redacted_in_every_format(run_cli: Any, fmt: str) -> None:
 
 def test_json_schema_is_stable(plan_json: Any) -> None:
     plan = plan_json(env=DECODE)
-    assert plan["schema"] == "llm-d-launcher/plan/v1"
+    assert plan["schema"] == "llm-d-launcher/plan/v2"
     assert list(plan) == [
         "schema",
         "recipe",
@@ -137,7 +137,7 @@ def test_json_schema_is_stable(plan_json: Any) -> None:
     ]
     assert list(plan["processes"][0]) == ["name", "critical", "argv", "env", "ports", "health"]
     group = plan_json("--group", env=DECODE)
-    assert group["schema"] == "llm-d-launcher/group/v1" and group["ok"] is True
+    assert group["schema"] == "llm-d-launcher/group/v2" and group["ok"] is True
     assert list(group) == ["schema", "recipe", "pool", "group_size", "ok", "checks", "pods"]
     assert [c["name"] for c in group["checks"]] == ["ranks", "ports", "agreement", "kv-events"]
     assert [p["role"]["worker_index"] for p in group["pods"]] == [0, 1, 2, 3]
@@ -145,7 +145,7 @@ def test_json_schema_is_stable(plan_json: Any) -> None:
 
 def test_readme_documents_the_json_schema() -> None:
     readme = PLAN_PAGE.read_text()
-    for key in ("llm-d-launcher/plan/v1", "llm-d-launcher/group/v1", "placeholders", "health", "critical"):
+    for key in ("llm-d-launcher/plan/v2", "llm-d-launcher/group/v2", "placeholders", "health", "critical"):
         assert key in readme
 
 
@@ -258,7 +258,7 @@ def test_readme_json_schema_matches_plan_to_dict(plan_json: Any) -> None:
         *watch, *watch["sources"][0], *watch["identity"], *plan["shutdown"], *probes["peers"][0],
         *probes["forward"], *probes["forward"]["sources"][0], *probes["forward"]["canary"],
         *probes["forward"]["steps"],
-        *plan_json(env={**DECODE, "LLMD_PD_CANARY_PREFILLER": "p:8000"})["probes"]["forward"]["pd_canary"],
+        *plan_json(env={**DECODE, "LLMD_PD_CANARY_PREFILLER": "p:8000"})["probes"]["pd_canary"],
         *(needs := plan["host_needs"]), *needs["derived_env"][0], *needs["modules"][0],
         *needs["memory"][0], *needs["flag_catalog"], *needs["rdma"], *needs["store_master"],
     }  # fmt: skip
