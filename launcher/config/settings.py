@@ -35,7 +35,7 @@ from launcher.config.defaults import CATALOG_DIR, LOCAL_GROUP_TAG, PROBE_PORT, T
 from launcher.config.recipe import EnvMap
 from launcher.config.recipe_file import RecipeSource, read_recipe
 from launcher.contract import lws
-from launcher.contract.addresses import DNS_NAME, is_host_port, is_ip
+from launcher.contract.addresses import is_dns_name, is_host_port, is_ip
 from launcher.contract.errors import ConfigError, Problem
 from launcher.contract.plan import DEREGISTER_SHARE, IFNAME_PLACEHOLDER, share_words
 from launcher.contract.record import record
@@ -452,7 +452,7 @@ class Settings(BaseSettings):
     @field_validator("leader_address")
     @classmethod
     def _leader_is_a_host(cls, value: str | None) -> str | None:
-        if value is not None and not (is_ip(value) or DNS_NAME.match(value)):
+        if value is not None and not (is_ip(value) or is_dns_name(value)):
             raise ValueError("is neither an IP address nor a DNS name")
         return value
 

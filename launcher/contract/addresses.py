@@ -5,9 +5,15 @@ from __future__ import annotations
 import ipaddress
 import re
 
+# Matched whole (is_dns_name): `$` and re.match would let a trailing newline through ("pf\n"), which
+# aiohttp then refuses as a header value.
 DNS_NAME = re.compile(
-    r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$"
+    r"(?=.{1,253}\Z)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?"
 )
+
+
+def is_dns_name(value: str) -> bool:
+    return DNS_NAME.fullmatch(value) is not None
 
 
 def is_ip(value: str) -> bool:
@@ -27,8 +33,8 @@ def is_host_port(value: str) -> bool:
     """host:port as an HTTP header carries one: a DNS name or IPv4 address, or an IPv6 literal in
     brackets, and a port 1-65535."""
     host, sep, port = value.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         return False
     if host.startswith("[") and host.endswith("]"):
-        return ":" in host and is_ip(host[1:-1])
-    return ":" not in host and (is_ip(host) or DNS_NAME.match(host) is not None)
+        return ":" in host and is_ip(host[1:-1]) and "%" not in host  # no zone: not in a Host header
+    return ":" not in host and (is_ip(host) or is_dns_name(host))

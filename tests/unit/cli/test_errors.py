@@ -47,6 +47,9 @@ CASES: list[tuple[str, dict[str, str], list[str], str, str]] = [
     ("unresolved-kubelet-ref",
      {**PREFILL, "LWS_WORKER_INDEX": "0", "LWS_LEADER_ADDRESS": "$(LWS_LEADER_ADDRESS)"},
      [], "LWS_LEADER_ADDRESS", "neither an IP address nor a DNS name"),
+    ("leader-name-then-newline",  # #40.3: a DNS name is matched whole, `$` lets a trailing newline by
+     {**PREFILL, "LWS_WORKER_INDEX": "1", "LWS_LEADER_ADDRESS": "p-0.p\n"},
+     [], "LWS_LEADER_ADDRESS", "neither an IP address nor a DNS name"),
     ("relative-runtime-dir", {}, ["--runtime-dir", "run"], "--runtime-dir", "not an absolute path"),
     ("tpu-hostnames", {"LLMD_POOL": "tpu", "LWS_LEADER_ADDRESS": "t-0.t", "LWS_GROUP_SIZE": "4",
                        "LWS_WORKER_INDEX": "1", "TPU_WORKER_HOSTNAMES": "t-0,t-1"}, [],

@@ -48,7 +48,20 @@ def test_off_by_default_and_said_where_no_sidecar_can_carry_it(plan_json: Any) -
 
 @pytest.mark.parametrize(
     "value",
-    ["fd00::a:8000", "10.64.1.10", "host:0", "host:65536", "http://host:8000", "a b:80", "[host]:80", ""],
+    [
+        *(
+            "fd00::a:8000",
+            "10.64.1.10",
+            "host:0",
+            "host:65536",
+            "http://host:8000",
+            "a b:80",
+            "[host]:80",
+            "",
+        ),
+        # #40.3: matched whole, so no newline slips past `$` into the header; no zone, no non-ASCII digit
+        *("pf\n:8000", "pf:8000\n", "[fe80::1%eth0]:8000", "pf:\uff18\uff10"),
+    ],
 )
 def test_anything_but_host_port_is_one_line_exit_2(run_cli: Any, value: str) -> None:
     code, out, err = run_cli("plan", env={**DECODE, SETTING: value})
