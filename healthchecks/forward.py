@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import Metric
 
 from healthchecks.canary import OUTCOMES, refusal_fix, send_canary
-from healthchecks.engine_metrics import MetricsReader, read_sums
+from healthchecks.engine_metrics import MetricsReader, Samples, SeriesKey, read_samples
 from healthchecks.metrics import (
     FORWARD_CANARIES,
     FORWARD_LAST_PROGRESS,
@@ -63,16 +63,24 @@ from launcher.contract.stop import EngineStop, Verdict
 if TYPE_CHECKING:
     from aiohttp import ClientSession
 
-Counts = tuple[float | None, ...]  # one value per sample selector (None: not exposed)
+SERIES_KEPT = 1024  # series remembered per API server: label churn cannot grow the launcher
 
 
 @dataclass
 class SourceState:
     source: ProgressSource
-    tokens: Counts | None = None  # the counters at the last look (None: not read yet)
+    # The counters' latest valid value per series (engine_metrics.Samples): a series moved when its
+    # value differs from its own latest, however many reads it was missing in between.
+    seen: dict[SeriesKey, float] = field(default_factory=dict)
+    exposed: bool = False  # the engine ever exposed a sample of its counters (valid or not)
+    unknown_since: float | None = None  # since when the answered reads hold no valid counter sample
+    unknown_why: str = ""
+    unknown_at: float = 0.0  # unix time it began, for /livez (a settled fact while it lasts)
     progress_at: float | None = None  # when they last moved, or a canary came back
     step_at: float | None = None  # when the engine last made a step, or last had none to make
-    running: float | None = None  # requests being stepped, as the latest answered /metrics said
+    running: float | None = (
+        0.0  # requests being stepped, as the latest answered /metrics said (None: unknown)
+    )
     canaried_at: float | None = None  # when the latest canary came back, answered or refused
     read: str = "not read yet"  # the latest /metrics outcome
     busy: bool = False  # the latest answered /metrics said requests were running or waiting
@@ -88,6 +96,10 @@ class SourceState:
             "metrics": self.metrics_outcome(now),
             "canary": self.canary,
         }
+        if self.unknown_since is not None:
+            out["signal_unknown"] = (
+                f"{self.unknown_why} for {now - self.unknown_since:.1f} s: judged as still"
+            )
         if step_seconds is not None:
             out["requests_running"] = self.running
             out["seconds_since_step"] = None if self.step_at is None else round(now - self.step_at, 1)
@@ -150,7 +162,7 @@ class ForwardWatcher(Watcher):
         tick is judged without counters, and the next tick waits for the same read. Only a canary
         holds the ticks: its answer is the judgement."""
         loop = asyncio.get_running_loop()
-        reading: asyncio.Future[Counts | None] | None = None
+        reading: asyncio.Future[Samples | None] | None = None
         began = 0.0
         try:
             while True:
@@ -186,14 +198,14 @@ class ForwardWatcher(Watcher):
         assert state.progress_at is not None
         return max(state.progress_at, state.canaried_at or state.progress_at)
 
-    async def check(self, session: ClientSession, state: SourceState, tokens: Counts | None) -> None:
+    async def check(self, session: ClientSession, state: SourceState, tokens: Samples | None) -> None:
         """One tick's judgement; tokens: the counters read this tick (None: no answer, not yet or not
-        at all)."""
+        at all). Progress is any series stepping; a series missing or not a count is unknown, never
+        movement, and unknown counters are judged as still ones."""
         now = self.clock()
-        moved = tokens is not None and any(v is not None for v in tokens) and tokens != state.tokens
+        moved = tokens is not None and self._moved(state, tokens)
         if state.progress_at is None or moved:
             state.progress_at = state.step_at = now  # the first look starts the clock: start-up just ended
-            state.tokens = tokens if tokens is not None else state.tokens
             return
         if self.stalled is not None:
             return
@@ -221,16 +233,23 @@ class ForwardWatcher(Watcher):
             if answer.excerpt:
                 self.log.warning("canary failed", source=state.source.name, answer=answer.excerpt)
 
+    @staticmethod
+    def _moved(state: SourceState, tokens: Samples) -> bool:
+        """Any valid series differs from its own latest valid value; remembers this read's."""
+        moved = any(key in state.seen and value != state.seen[key] for key, value in tokens.valid.items())
+        if len(state.seen) + len(tokens.valid) > SERIES_KEPT:
+            state.seen.clear()
+        state.seen.update(tokens.valid)
+        return moved
+
     def _judge_steps(self, state: SourceState, now: float) -> bool:
         """A busy engine judged by its steps: requests running (as the latest answer said) and no step
         for the bound is a stall; nothing running restarts the clock (there is no step to make). True
         when the verdict is given."""
         steps = self.watch.steps
-        if steps is None or state.step_at is None or state.tokens is None:
+        if steps is None or state.step_at is None or not state.exposed:  # no step signal to judge by
             return False
-        if not any(v is not None for v in state.tokens):  # the engine exposes no step signal
-            return False
-        if not state.running:
+        if not (state.running or (state.running is None and state.busy)):  # unknown while busy: held
             state.step_at = now
             return False
         still = now - state.step_at
@@ -238,8 +257,8 @@ class ForwardWatcher(Watcher):
             return False
         self.stalled_source = state.source.name
         self.stalled = STALLED.says(
-            detail=f"{state.source.name} (:{state.source.port}) has {state.running:g} request(s) running and "
-            f"made no engine step for {still:.0f} s, over the bound of {steps.seconds:g} s "
+            detail=f"{state.source.name} (:{state.source.port}) has {_count(state.running)} request(s) "
+            f"running and made no engine step for {still:.0f} s, over the bound of {steps.seconds:g} s "
             f"(LLMD_STEP_SECONDS; {' / '.join(self.watch.counters)} still; /metrics: "
             f"{state.metrics_outcome(now)})"
         )
@@ -257,43 +276,57 @@ class ForwardWatcher(Watcher):
             answer=excerpt,
         )
 
-    async def _read(self, session: ClientSession, state: SourceState) -> Counts | None:
-        """The counters (None: not read); notes in the state whether requests are running or waiting
-        (a read that failed says no) and how many run; hands the readers their samples."""
+    async def _read(self, session: ClientSession, state: SourceState) -> Samples | None:
+        """The counters' samples (None: not read); notes in the state whether requests are running or
+        waiting (a read that failed says no; samples that are no count say nothing), how many run,
+        and since when the counters are unknown; hands the readers their sums."""
         watch = self.watch
         running = watch.steps.running if watch.steps is not None else ()
-        groups = (
-            (watch.busy, running),
-            tuple((c,) for c in watch.counters),
-            *(tuple((c,) for c in reader.selectors) for reader in self.readers),
-        )
-        sums, failed = await read_sums(
-            session, "127.0.0.1", state.source.port, tuple(g for part in groups for g in part), self.timeout
-        )
-        requests, in_step, tokens = sums[0], sums[1], sums[2 : 2 + len(watch.counters)]
+        relayed = tuple((s,) for reader in self.readers for s in reader.selectors)
+        groups = (watch.busy, running, watch.counters, *relayed)
+        samples, failed = await read_samples(session, "127.0.0.1", state.source.port, groups, self.timeout)
+        (busy, in_step, tokens), rest = samples[:3], [s.total for s in samples[3:]]
+        requests = busy.total
         state.busy = requests is not None and requests > 0
         if failed is not None:
             state.read = failed
+            self._unknown(state, "no answer")
             return None
-        if running:
-            state.running = in_step or 0.0
-        rest = sums[2 + len(watch.counters) :]
+        if running:  # not exposed at all: none running (as before #40); exposed and no count: unknown
+            state.running = in_step.total if in_step.valid else (None if in_step.invalid else 0.0)
         for reader in self.readers:
-            reader.take(state.source.name, rest[: len(reader.selectors)])
-            rest = rest[len(reader.selectors) :]
-        exposed = [v for v in tokens if v is not None]
-        state.read = f"{sum(exposed):.0f} tokens" if exposed else "no token counters"
+            taken, rest = rest[: len(reader.selectors)], rest[len(reader.selectors) :]
+            reader.take(state.source.name, tuple(taken))
+        state.exposed = state.exposed or tokens.exposed
+        if tokens.valid or not tokens.exposed:
+            state.unknown_since = None
+        else:
+            self._unknown(state, "no counter sample is a count (NaN, ±Inf or negative)")
+        state.read = f"{tokens.total:.0f} tokens" if tokens.valid else "no token counters"
+        if tokens.invalid:
+            state.read += f", {tokens.invalid} sample(s) no count"
         if state.busy:
             state.read += f", {requests:g} requests running or waiting"
         return tokens
+
+    def _unknown(self, state: SourceState, why: str) -> None:
+        if state.unknown_since is None:
+            state.unknown_since, state.unknown_why, state.unknown_at = self.clock(), why, time.time()
 
     # -------------------------------------------------------------- the watcher protocol
     def not_live(self) -> str | None:
         return self.stalled
 
     def live_facts(self) -> dict[str, Any]:
-        """The busy bound, so /livez says how long a hang with requests in flight may last."""
-        return {} if self.watch.steps is None else {"step_seconds": self.watch.steps.seconds}
+        """The busy bound, so /livez says how long a hang with requests in flight may last; the API
+        servers whose counters are unknown, since when (unix time) and why: judged as still ones."""
+        facts: dict[str, Any] = {} if self.watch.steps is None else {"step_seconds": self.watch.steps.seconds}
+        unknown = {
+            s.source.name: {"since": round(s.unknown_at, 3), "why": s.unknown_why, "judged": "as still"}
+            for s in self.states
+            if s.unknown_since is not None
+        }
+        return {**facts, "signal_unknown": unknown} if unknown else facts
 
     def details(self) -> dict[str, Any]:
         now = self.clock()
@@ -316,6 +349,10 @@ class ForwardWatcher(Watcher):
         yield from (progress, step, stalled, canaries)
         for reader in self.readers:
             yield from reader.metrics()
+
+
+def _count(running: float | None) -> str:
+    return "an unknown number of" if running is None else f"{running:g}"
 
 
 async def _cancel(tasks: Iterable[asyncio.Future[Any]]) -> None:

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import Metric
 
-from healthchecks.http import IDENTITY_HEADER, NoAnswer, http_reply
+from healthchecks.http import BODY_BYTES, IDENTITY_HEADER, NoAnswer, http_reply
 from healthchecks.metrics import PEER_LAST_ANSWER, PEER_LOST, PEER_PARKED, PEER_UP, wall_time
 from healthchecks.watcher import Watcher
 from launcher.contract.endpoints import PROBE_ENDPOINTS
@@ -148,7 +148,9 @@ class PeerWatcher(Watcher):
     ) -> tuple[bool, str, str | None, str | None]:
         """(answered 200, why not, the answering launcher's identity, why it is parked)."""
         try:
-            reply = await http_reply(session, state.url, self.timeout, read=True, follow_redirects=False)
+            reply = await http_reply(
+                session, state.url, self.timeout, read=BODY_BYTES, follow_redirects=False
+            )
         except NoAnswer as exc:
             return False, str(exc), None, None
         if 300 <= reply.status < 400:

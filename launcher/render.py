@@ -406,6 +406,10 @@ def _probes_text(probes: Probes) -> list[str]:
             f"stalled: /livez 503, exit 5; a 4xx is a wrong canary, logged once, never a stall{covers}"
         )
         out.append(_steps_line(watch))
+        out.append(
+            "  a sample that is NaN, ±Inf or negative, or missing, is unknown: never progress, never busy; "
+            "counters unknown (or /metrics unanswered) are judged as still ones, /livez says since when"
+        )
         if probes.kv_transfer:
             out.append(
                 f"  KV transfer: {' / '.join(probes.kv_transfer)} relayed into /metrics "

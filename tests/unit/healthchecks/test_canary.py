@@ -255,3 +255,15 @@ def test_the_key_is_the_engines_own_the_plans_env_over_the_pods(monkeypatch: pyt
     engine = replace(plan.engine, env={**plan.engine.env, "VLLM_API_KEY": "from-the-plan"})  # recipe env
     assert key_of(replace(plan, processes=(engine, *plan.processes[1:]))) == "from-the-plan"
     assert engine_api_key(completion_canary(api_key_env=None), {"VLLM_API_KEY": "k"}) is None
+
+
+def test_counters_that_are_no_count_are_unknown_in_livez_since_when_and_judged_as_still() -> None:
+    # #40.1: NaN counters are no progress (NaN != NaN read as a step on every look): the idle engine
+    # is canaried as a still one, and /livez says the signal is unknown, since when and why.
+    engine = Engine(metrics_body=b"vllm:generation_tokens_total NaN\nvllm:prompt_tokens_total -Inf\n")
+    watcher, _ = _watch(engine, 0.8)
+    assert len(engine.canaries) >= 1 and watcher.stalled is None
+    unknown = watcher.live_facts()["signal_unknown"]["engine"]
+    assert unknown["why"] == "no counter sample is a count (NaN, ±Inf or negative)" and unknown["since"] > 0
+    assert watcher.details()["engine"]["signal_unknown"].endswith(" s: judged as still")
+    assert watcher.states[0].read == "no token counters, 2 sample(s) no count"

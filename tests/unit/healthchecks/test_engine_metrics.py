@@ -8,7 +8,7 @@ import asyncio
 import aiohttp
 from aiohttp import web
 
-from healthchecks.engine_metrics import counter_sum, read_counters
+from healthchecks.engine_metrics import counter_sum, read_counters, select
 from healthchecks.kvevents.watcher import _requests_served
 from tests.ports import free_port
 
@@ -67,3 +67,31 @@ def test_an_error_status_or_no_answer_is_a_reason_and_no_count() -> None:
     assert _read(503, "") == ((None, "GET /metrics 503"), None)
     (total, why), served = _read(200, "", listen=False)
     assert total is None and served is None and why == "GET /metrics: Connection refused"
+
+
+def test_samples_that_are_no_count_are_unknown_and_each_series_is_kept_apart() -> None:
+    # #40.1: NaN, ±Inf and negative samples count nothing; a series at 1e20 stays its own
+    text = (
+        'vllm:generation_tokens_total{engine="0"} 7.0\n'
+        'vllm:generation_tokens_total{engine="1"} 1e20\n'
+        'vllm:generation_tokens_total{engine="2"} NaN\n'
+        'vllm:generation_tokens_total{engine="3"} +Inf\n'
+        'vllm:generation_tokens_total{engine="4"} -Inf\n'
+        'vllm:generation_tokens_total{engine="5"} -1\n'
+    )
+    samples = select(text, ("vllm:generation_tokens_total",))
+    assert samples.invalid == 4 and samples.exposed
+    assert samples.valid == {
+        ("vllm:generation_tokens_total", (("engine", "0"),)): 7.0,
+        ("vllm:generation_tokens_total", (("engine", "1"),)): 1e20,
+    }
+    only_bad = select(
+        'vllm:num_requests_running -1\nvllm:num_requests_running{a="b"} NaN\n', ("vllm:num_requests_running",)
+    )
+    assert only_bad.total is None and only_bad.exposed and not only_bad.valid
+    assert counter_sum("vllm:num_requests_running NaN\n", ("vllm:num_requests_running",)) is None
+
+
+def test_a_label_selector_matches_label_values_whole() -> None:
+    text = 'sglang:realtime_tokens_total{mode="decode"} 2\nsglang:realtime_tokens_total{mode="decode_x"} 3\n'
+    assert select(text, ('sglang:realtime_tokens_total{mode="decode"}',)).total == 2.0

@@ -230,6 +230,8 @@ def test_text_plan_says_how_the_pod_is_probed(run_cli: Any) -> None:
         "/livez 503, exit 5; a 4xx is a wrong canary, logged once, never a stall\n"
         "  busy (decode): vllm:num_requests_running > 0 and no step (vllm:generation_tokens_total still) "
         "for 180 s (LLMD_STEP_SECONDS): stalled, exit 5, no canary\n"
+        "  a sample that is NaN, ±Inf or negative, or missing, is unknown: never progress, never busy; "
+        "counters unknown (or /metrics unanswered) are judged as still ones, /livez says since when\n"
         "  KV transfer: vllm:nixl_num_failed_transfers_total / vllm:nixl_num_failed_notifications_total / "
         "vllm:nixl_num_kv_expired_reqs_total / vllm:nixl_xfer_time_seconds_count / "
         "vllm:mooncake_store_operation_total / vllm:mooncake_store_operation_failed_keys_total / "
