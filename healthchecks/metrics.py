@@ -201,6 +201,13 @@ LOG_LINES_DROPPED = MetricSpec(
     "counter",
     "output lines dropped because the reader of the launcher's stdout/stderr fell behind",
 )
+WATCHER_ERRORS = MetricSpec(
+    "watcher_errors",
+    "counter",
+    "exceptions raised inside a watcher, by watcher: each logged in one line, the watcher started again "
+    "a check interval later (a watcher that stops anyway ends the pod, exit 1)",
+    ("watcher",),
+)
 PROBE_DURATION = MetricSpec(
     "probe_duration_seconds",
     "histogram",
@@ -272,6 +279,7 @@ METRICS = (
     STORE_MASTER_UP,
     STORE_MASTER_RESTARTS,
     LOG_LINES_DROPPED,
+    WATCHER_ERRORS,
     PROBE_DURATION,
     *LAUNCHER_PROCESS,
 )
@@ -324,8 +332,11 @@ class PodCollector(Collector):
         ratio = health.progress.weight_ratio
         if ratio is not None:
             yield WEIGHT_LOAD_PROGRESS.value(ratio)
+        errors = WATCHER_ERRORS.family()
         for watcher in health.watchers:
+            errors.add_metric([watcher.name], float(health.watcher_errors[watcher.name]))
             yield from watcher.metrics()
+        yield errors
         dropped = LOG_LINES_DROPPED.family()
         dropped.add_metric([], float(health.dropped_lines()))
         yield dropped

@@ -6,6 +6,7 @@ without waiting for a check to run. Answering never does I/O.
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -106,6 +107,7 @@ class PodHealth:
         self.progress = StartupProgress(probes.progress)
         self.supervisor: ProcessTable | None = None
         self.watchers: tuple[Watcher, ...] = ()  # healthchecks/pod_watchers.py, once the plan is final
+        self.watcher_errors: Counter[str] = Counter()  # exceptions inside each, by name (watcher.watching)
         self.dropped_lines: Callable[[], int] = lambda: 0  # output lines a slow log reader cost
         self.flag_catalog: dict[str, object] | None = None  # which catalogue checked the flags, vs installed
         self.build: BuildInfo | None = None  # set by the launcher once the plan is built

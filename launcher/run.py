@@ -12,7 +12,7 @@ import concurrent.futures
 import contextlib
 import os
 import sys
-from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
 
     from healthchecks.server import ProbeServer
     from healthchecks.state import BuildInfo, PodHealth
-    from healthchecks.watcher import Watcher
     from launcher.config.recipe import Recipe
     from launcher.config.settings import Settings
     from launcher.contract.log import Log
@@ -251,6 +250,7 @@ async def _run(
 
     from healthchecks.pod_watchers import build_watchers
     from healthchecks.state import PodHealth
+    from healthchecks.watcher import watching
     from launcher.supervise.spawn import SubprocessSpawner
     from launcher.supervise.supervisor import Supervisor, SupervisorConfig
 
@@ -284,7 +284,8 @@ async def _run(
         )
         health.attach(supervisor)
         health.watchers = build_watchers(prepared, health, inputs.settings, log, parks=_parks())
-        async with _watching(health.watchers, supervisor):
+        retry = inputs.settings.check_interval
+        async with watching(health.watchers, supervisor.condemn, log, health.watcher_errors, retry):
             outcome = await supervisor.run()
         if _parks() and (refused := _refused_configuration(supervisor, health)) is not None:
             return await _park_refused(refused, outcome, log, health, events, scrub)
@@ -517,27 +518,6 @@ async def _prepare_in_time(
     else:
         first_signal.cancel()
     return prepare.result()  # raises ConfigError
-
-
-@contextlib.asynccontextmanager
-async def _watching(watchers: Sequence[Watcher], supervisor: Supervisor) -> AsyncIterator[None]:
-    """Each watcher runs as a task while the supervisor does; a verdict it returns ends the pod."""
-    import asyncio
-
-    async def watch(watcher: Watcher) -> None:
-        verdict = await watcher.run()
-        if verdict is not None:
-            supervisor.condemn(verdict)
-
-    tasks = [asyncio.create_task(watch(w), name=f"watcher {w.name}") for w in watchers]
-    try:
-        yield
-    finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
 
 
 async def _prepare(
