@@ -9,6 +9,7 @@ import aiohttp
 from aiohttp import web
 
 from healthchecks.engine_metrics import counter_sum, read_counters, select
+from healthchecks.http import NoAnswer, http_get
 from healthchecks.kvevents.watcher import _requests_served
 from tests.ports import free_port
 
@@ -95,3 +96,26 @@ def test_samples_that_are_no_count_are_unknown_and_each_series_is_kept_apart() -
 def test_a_label_selector_matches_label_values_whole() -> None:
     text = 'sglang:realtime_tokens_total{mode="decode"} 2\nsglang:realtime_tokens_total{mode="decode_x"} 3\n'
     assert select(text, ('sglang:realtime_tokens_total{mode="decode"}',)).total == 2.0
+
+
+def test_a_body_past_the_bound_is_no_answer_and_is_not_read() -> None:
+    # #40.3: a body is read up to the caller's bound, never whole: longer is a failure, one line
+    async def scenario() -> str:
+        async def big(_request: web.Request) -> web.Response:
+            return web.Response(body=b"x" * 100_000)
+
+        port, app = free_port(), web.Application()
+        app.router.add_get("/livez", big)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        try:
+            async with aiohttp.ClientSession() as session:
+                await http_get(session, f"http://127.0.0.1:{port}/livez", 2.0, read=65536)
+        except NoAnswer as exc:
+            return str(exc)
+        finally:
+            await runner.cleanup()
+        return "answered"
+
+    assert asyncio.run(scenario()) == "answered more than 65536 bytes"
