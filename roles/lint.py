@@ -371,8 +371,8 @@ def _service_links(pod: ManifestPod, settings: Settings, pool: Pool, plan: Plan)
         Finding(
             pod.where,
             "enableServiceLinks",
-            "is not false: every Service of the namespace becomes env, and one named like an engine "
-            "(e.g. vllm) sets VLLM_PORT=tcp://..., which vLLM refuses",
+            "is not false: every Service of the namespace becomes env, and one named like an engine sets "
+            "that engine's port variable to tcp://IP:port, which the engine refuses",
             "set enableServiceLinks: false in the pod spec",
         )
     ]
