@@ -93,6 +93,12 @@ def launcher_pods(objects: list[dict[str, Any]]) -> list[ManifestPod]:
     return pods
 
 
+def worker_templates(obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The pod template of each pod of a workload's group, by LWS worker index (a DisaggregatedSet:
+    role after role); the one template of any other workload."""
+    return [template.pod for template in _templates(obj) for _ in template.indices]
+
+
 @record
 class _Template:
     pod: Mapping[str, Any]  # the pod template (metadata, spec)
