@@ -145,22 +145,28 @@ def _pod_recipe(pod: ManifestPod, config_maps: ConfigMaps) -> _Recipe:
             parsed, f"{where}: planned with the recipe in ConfigMap {mounted.config_map} (key {mounted.key})"
         )
     if generated := _generated(config_maps, mounted.config_map):
+        namespace, made = generated
+        elsewhere = (
+            f" in namespace {namespace}, the pod in {pod.namespace}" if namespace != pod.namespace else ""
+        )
         found = Finding(
             where,
             "volumes",
             f"mounts ConfigMap {mounted.config_map}, which this stream does not hold but a "
-            f"configMapGenerator's {generated}: the reference was not rewritten",
-            f"make kustomize rewrite it (a nameReference configuration for {pod.kind}), or mount {generated}",
+            f"configMapGenerator's {made}{elsewhere}: kustomize did not rewrite the reference",
+            f"set `namespace:` in the kustomization that adds the {pod.kind} (kustomize rewrites a name "
+            f"only within one namespace), or mount {made}",
         )
         return _Recipe(None, f"{instead}: its ConfigMap is missing", (found,))
     name = mounted.config_map or "its recipe volume"
     return _Recipe(None, f"{instead} (LLMD_RECIPE): ConfigMap {name} is not in this stream")
 
 
-def _generated(config_maps: ConfigMaps, name: str | None) -> str | None:
-    """The ConfigMap a kustomize configMapGenerator made of `name`: name-<10-character hash>."""
+def _generated(config_maps: ConfigMaps, name: str | None) -> tuple[str, str] | None:
+    """(namespace, name) of the ConfigMap a kustomize configMapGenerator made of `name`:
+    name-<10-character hash>, which a reference kustomize rewrote would name."""
     made = re.compile(rf"{re.escape(str(name))}-[a-z0-9]{{10}}")
-    return next((str(n) for (_, n) in config_maps if made.fullmatch(str(n))), None)
+    return next(((ns, str(n)) for (ns, n) in config_maps if made.fullmatch(str(n))), None)
 
 
 def _problems(where: str, exc: ConfigError) -> list[Finding]:

@@ -5,8 +5,10 @@ the fix, exit 1; unreadable input is exit 2, one line."""
 from __future__ import annotations
 
 import functools
+import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.unit.deploy.test_manifests import kustomize
+from tests.unit.deploy.test_manifests import COMPONENTS, combinations, kustomize, with_components
 
 ROOT = Path(__file__).resolve().parents[3]
 PATHS = sorted(
@@ -74,6 +76,41 @@ def test_every_deploy_path_lints_clean(directory: Path, tmp_path: Path, run_cli:
     docs = [d for d in yaml.safe_load_all(rendered(directory)) if d]
     code, lines, err = lint(run_cli, tmp_path, docs)
     assert (code, lines) == (0, []), err
+
+
+COMBINED = [(base, c) for base, c in combinations() if c]
+
+
+@pytest.mark.parametrize(
+    ("base", "components"), COMBINED, ids=[f"{b.name}+{'+'.join(c)}" for b, c in COMBINED]
+)
+def test_every_combination_of_components_lints_clean(
+    base: Path, components: tuple[str, ...], tmp_path: Path, run_cli: Run
+) -> None:
+    docs = [d for d in yaml.safe_load_all(with_components(base, components)) if d]
+    code, lines, err = lint(run_cli, tmp_path, docs)
+    assert (code, lines) == (0, []), err
+
+
+def test_a_component_added_by_a_kustomization_without_a_namespace(tmp_path: Path, run_cli: Run) -> None:
+    """The DisaggregatedSet lands in the default namespace, the base's generated ConfigMaps in the
+    guide's: kustomize rewrites names only within one namespace, so its pods mount a ConfigMap that
+    will never exist."""
+    with tempfile.TemporaryDirectory(dir=ROOT / "deploy") as directory:
+        here = Path(directory)
+        (here / "kustomization.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+            "resources": [os.path.relpath(KIMI, here)],
+            "components": [os.path.relpath(COMPONENTS / "disaggregated-set", here)],
+        }))  # fmt: skip
+        docs = [d for d in yaml.safe_load_all(kustomize(here)) if d]
+    code, lines, _ = lint(run_cli, tmp_path, docs)
+    assert code == 1 and len(lines) == 3, lines  # prefill's leader and worker templates, decode's
+    assert all("configMapGenerator's kimi-k3-1-" in line for line in lines)
+    assert all("in namespace llm-d-kimi-k3-1, the pod in default" in line for line in lines)
+    assert all(
+        "set `namespace:` in the kustomization that adds the DisaggregatedSet" in line for line in lines
+    )
 
 
 def test_it_says_which_recipe_each_pod_was_planned_with(tmp_path: Path, run_cli: Run) -> None:
