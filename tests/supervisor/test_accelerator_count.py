@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.supervisor.test_host_preflight import launch
+from tests.supervisor.test_host_preflight import recipe as host_recipe
 
 needs_unshare = pytest.mark.skipif(not shutil.which("unshare"), reason="needs unshare")
 pytestmark = needs_unshare
@@ -33,15 +34,10 @@ def private_dev(tmp: Path, names: list[str]) -> list[str]:
 
 def recipe(tmp: Path, devices: int | None) -> Path:
     """One vLLM pod (the stand-in engine) with TP `devices` on as many devices; None: a CPU pool."""
-    model = tmp / "model"
-    model.mkdir(exist_ok=True)
-    (model / "config.json").write_text("{}")
-    (model / "tokenizer.json").write_text("{}")
-    parallel = f"    gpus_per_node: {devices}\n    tensor_parallel: {devices}\n" if devices else ""
-    path = tmp / "recipe.yaml"
-    path.write_text(
-        f"name: devices\nmodel: {{path: {model}}}\ndefault_pool: p\npools:\n  p:\n    kind: vllm\n{parallel}"
-    )
+    path = host_recipe(tmp)
+    if devices:
+        parallel = f"    gpus_per_node: {devices}\n    tensor_parallel: {devices}\n"
+        path.write_text(path.read_text().replace("    tensor_parallel: 1\n", parallel))
     return path
 
 
