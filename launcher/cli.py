@@ -428,7 +428,15 @@ def _cmd_lint(ns: argparse.Namespace) -> int:
         ) from None
     except UnicodeDecodeError:
         raise ConfigError.one(label, "is not UTF-8 text", "give the rendered manifest") from None
-    report = lint(parse_manifest(text, label))
+    objects = parse_manifest(text, label)
+    try:
+        report = lint(objects)
+    except (AttributeError, TypeError, KeyError, ValueError) as exc:  # a field of another shape
+        raise ConfigError.one(
+            label,
+            f"holds a field that is not of its Kubernetes type ({type(exc).__name__})",
+            "validate it first (kubectl apply --dry-run=server -f)",
+        ) from None
     for note in report.notes:
         say(f"note: {note}")
     for finding in report.findings:

@@ -19,7 +19,7 @@ from launcher.config.settings import Settings, pod_settings
 from launcher.contract.errors import ConfigError
 from launcher.contract.plan import Plan
 from launcher.contract.record import record
-from roles.manifest import ManifestPod, launcher_pods, mounted_recipe, recipe_source
+from roles.manifest import ManifestPod, launcher_pods, mounted_recipe, namespace_of, recipe_source
 from roles.memory import pod_memory
 
 # Extended resources that are accelerator devices, and for TPUs how many devices (what the engine
@@ -56,22 +56,18 @@ class LintReport:
 
 def lint(objects: Sequence[Mapping[str, Any]]) -> LintReport:
     config_maps = {
-        (_namespace(o), o["metadata"].get("name")): o.get("data") or {}
+        (namespace_of(o), o["metadata"].get("name")): o.get("data") or {}
         for o in objects
         if o.get("kind") == "ConfigMap" and isinstance(o.get("metadata"), dict)
     }
     findings: list[Finding] = []
     notes: list[str] = []
-    pods = launcher_pods([dict(o) for o in objects])
+    pods = launcher_pods(objects)
     for pod in pods:
         found, note = _lint_pod(pod, config_maps)
         findings += found
         notes.append(note)
     return LintReport(tuple(dict.fromkeys(findings)), tuple(dict.fromkeys(notes)), len(pods))
-
-
-def _namespace(obj: Mapping[str, Any]) -> str:
-    return str(obj["metadata"].get("namespace") or "default")
 
 
 ConfigMaps = Mapping[tuple[str, Any], Mapping[str, Any]]  # (namespace, name) -> data

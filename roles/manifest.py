@@ -10,7 +10,7 @@ worker index 0, else the worker template) and DisaggregatedSets (each role's lea
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from launcher.config.recipe_source import RecipeSource
@@ -41,7 +41,6 @@ class ManifestPod:
     namespace: str
     template: str  # where its template is, e.g. spec.leaderWorkerTemplate.workerTemplate
     index: int | None  # LWS worker index; None outside an LWS
-    size: int | None  # LWS group size
     spec: Mapping[str, Any]  # the pod spec
     container: Mapping[str, Any]
     env: Mapping[str, str]  # what the kubelet and LWS give the container (Secrets left out)
@@ -76,20 +75,21 @@ def parse_manifest(text: str, label: str) -> list[dict[str, Any]]:
     return objects
 
 
-def launcher_pods(objects: list[dict[str, Any]]) -> list[ManifestPod]:
+def launcher_pods(objects: Sequence[Mapping[str, Any]]) -> list[ManifestPod]:
     """Every pod of every workload whose container runs the launcher (an LLMD_* variable, or the
     command llm-d-launcher)."""
     pods = []
     for obj in objects:
+        name, namespace = str((obj.get("metadata") or {}).get("name")), namespace_of(obj)
         for template in _templates(obj):
             spec = template.pod.get("spec") or {}
+            launchers = [c for c in spec.get("containers") or [] if _runs_launcher(c)]
             for index in template.indices:
-                for container in spec.get("containers") or []:
-                    if _runs_launcher(container):
-                        env = container_env(obj, template.pod, container, index, template.size, template.lws)
-                        name, namespace = str(obj["metadata"].get("name")), _namespace(obj)
-                        pods.append(ManifestPod(obj["kind"], name, namespace, template.where, index,
-                                                template.size, spec, container, env))  # fmt: skip
+                for container in launchers:
+                    env = container_env(obj, template.pod, container, index, template.size, template.lws)
+                    pods.append(
+                        ManifestPod(obj["kind"], name, namespace, template.where, index, spec, container, env)
+                    )
     return pods
 
 
@@ -156,7 +156,7 @@ def container_env(
     """The env the container sees: LWS's variables (at worker `index` of a group of `size`; TPU
     pods also get LWS's TPU variables), literal values and downward-API fields with example values.
     Secrets and ConfigMap keys are left out: no plan needs their values."""
-    namespace = _namespace(obj)
+    namespace = namespace_of(obj)
     labels = dict((template.get("metadata") or {}).get("labels") or {})
     env: dict[str, str] = {}
     pod_name = str((obj.get("metadata") or {}).get("name", "pod"))
@@ -197,7 +197,8 @@ def container_env(
     return env
 
 
-def _namespace(obj: Mapping[str, Any]) -> str:
+def namespace_of(obj: Mapping[str, Any]) -> str:
+    """An object's namespace; one that names none lands in the default namespace of `kubectl apply`."""
     return str((obj.get("metadata") or {}).get("namespace") or "default")
 
 

@@ -281,8 +281,19 @@ def test_service_links_left_on(tmp_path: Path, run_cli: Run) -> None:
 
 @pytest.mark.parametrize(
     ("text", "said"),
-    [("kind: [unclosed\n", "is not YAML at line 2"), ("- a\n- b\n", "is not a Kubernetes object")],
-    ids=["not-yaml", "not-objects"],
+    [
+        ("kind: [unclosed\n", "is not YAML at line 2"),
+        ("- a\n- b\n", "is not a Kubernetes object"),
+        (
+            "kind: Deployment\nmetadata: {name: x}\nspec: {template: {spec: {containers: [5]}}}\n",
+            "(AttributeError)",
+        ),
+        (
+            "kind: LeaderWorkerSet\nmetadata: {name: x}\nspec: {leaderWorkerTemplate: [1]}\n",
+            "(AttributeError)",
+        ),
+    ],
+    ids=["not-yaml", "not-objects", "container-not-a-mapping", "template-not-a-mapping"],
 )
 def test_bad_input_is_one_line_and_exit_2(text: str, said: str, tmp_path: Path, run_cli: Run) -> None:
     path = tmp_path / "bad.yaml"
