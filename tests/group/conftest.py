@@ -297,7 +297,7 @@ def pd_recipe(path: Path, model: Path, decode_seed: str = "42", prefill_ranks: i
         ' protocol: tcp, device_name: "", global_segment_size: 256MB, local_buffer_size: 128MB}'
     )
 
-    def pool(port: int, role: str, nixl: str, store_role: str, seed: str, extra: str, ranks: int = 1) -> str:
+    def pool(port: int, role: str, nixl: str, store_role: str, seed: str, extra: str) -> str:
         return (
             "    kind: vllm\n"
             "    nodes: 1\n"
@@ -324,7 +324,7 @@ def pd_recipe(path: Path, model: Path, decode_seed: str = "42", prefill_ranks: i
         f"model: {{path: {model}, served_name: tiny}}\n"
         "default_pool: decode\n"
         "pools:\n"
-        "  prefill:\n" + pool(8000, "kv_both", "kv_producer", "kv_both", "42", layout, prefill_ranks) +
+        "  prefill:\n" + pool(8000, "kv_both", "kv_producer", "kv_both", "42", layout) +
         "  decode:\n" + pool(8200, "kv_consumer", "kv_consumer", "kv_consumer", decode_seed, SIDECAR) +
         "  mooncake-master:\n"
         "    kind: mooncake-master\n"
