@@ -202,7 +202,8 @@ class Settings(BaseSettings):
     )
     gpus_per_node: int | None = setting(
         None,
-        "accelerator devices the pod holds; checked against TP x local DP",
+        "accelerator devices the pod holds; checked against TP x local DP, and by `run` against the devices "
+        "the pod sees",
         fix="set it to the number of accelerator devices in the pod, a positive integer",
         flag="--gpus-per-node",
         metavar="N",
