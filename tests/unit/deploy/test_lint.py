@@ -313,3 +313,14 @@ def test_stdin_as_in_a_kustomize_pipeline() -> None:
     assert done.returncode == 1, done.stderr
     assert done.stdout.count("\n") == 1 and "enableServiceLinks: is not false" in done.stdout
     assert done.stderr.endswith("lint: 1 finding(s) in 1 launcher pod(s)\n")
+
+
+def test_a_group_size_the_pool_does_not_span(tmp_path: Path, run_cli: Run) -> None:
+    def edit(docs: list[dict[str, Any]]) -> None:
+        (lws,) = [d for d in docs if d["metadata"]["name"] == "kimi-k3-1-gpu-vllm-prefill"]
+        lws["spec"]["leaderWorkerTemplate"]["size"] = 3
+
+    code, lines, _ = lint(run_cli, tmp_path, broken(KIMI, edit))
+    assert code == 1 and len(lines) == 2, lines  # the leader's template and the workers'
+    said = "LWS_GROUP_SIZE: is 3 but pool prefill of the recipe spans 2 pods per group"
+    assert all(said in line and "set leaderWorkerTemplate.size: 2" in line for line in lines)
