@@ -161,9 +161,10 @@ def container_env(
     env: dict[str, str] = {}
     pod_name = str((obj.get("metadata") or {}).get("name", "pod"))
     if lws_name is not None and index is not None and size is not None:
-        pod_name = f"{lws_name}-0" if index == 0 else f"{lws_name}-0-{index}"
+        pod_name = _lws_pod(lws_name, index)
         labels |= {LWS_NAME_LABEL: lws_name, LWS_INDEX_LABEL: str(index)}
-        # What LWS injects (REFERENCE: kubernetes-sigs/lws pkg/utils/... ; leader <lws>-<group>.<svc>.<ns>)
+        # What LWS injects, the leader as <lws>-<group>.<service>.<namespace>
+        # (https://lws.sigs.k8s.io/docs/reference/labels-annotations-and-environment-variables/)
         env |= {
             lws.LEADER_ADDRESS: f"{lws_name}-0.{lws_name}.{namespace}",
             lws.GROUP_SIZE: str(size),
@@ -172,9 +173,7 @@ def container_env(
         if _requests(container, "google.com/tpu"):  # kubernetes-sigs/lws pkg/utils/accelerators/tpu.go
             env |= {
                 "TPU_WORKER_ID": str(index),
-                "TPU_WORKER_HOSTNAMES": ",".join(
-                    f"{lws_name}-0{'' if i == 0 else f'-{i}'}.{lws_name}" for i in range(size)
-                ),
+                "TPU_WORKER_HOSTNAMES": ",".join(f"{_lws_pod(lws_name, i)}.{lws_name}" for i in range(size)),
             }
     fields = {
         "status.podIP": POD_IP,
@@ -195,6 +194,11 @@ def container_env(
         elif (path := ((item.get("valueFrom") or {}).get("fieldRef") or {}).get("fieldPath")) in fields:
             env[str(item["name"])] = fields[path]
     return env
+
+
+def _lws_pod(lws_name: str, index: int) -> str:
+    """The name of worker `index` of an LWS's first group: <lws>-0, then <lws>-0-<index>."""
+    return f"{lws_name}-0" if index == 0 else f"{lws_name}-0-{index}"
 
 
 def namespace_of(obj: Mapping[str, Any]) -> str:
