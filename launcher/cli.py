@@ -264,6 +264,23 @@ def _add_probe(sub: _Commands) -> None:
     )
 
 
+def _add_lint(sub: _Commands) -> None:
+    lint = sub.add_parser(
+        "lint",
+        help="check a rendered manifest against the plan of every launcher pod in it",
+        description="Plan every pod template that runs the launcher (Deployment, StatefulSet, DaemonSet, "
+        "Job, LeaderWorkerSet, DisaggregatedSet roles) with the env the kubelet and LWS would give it and "
+        "the recipe it mounts (its ConfigMap when in the stream, else the image's built-in recipe), and "
+        "check the manifest against the plan: accelerator requests, probe port and start-up budget, grace "
+        "period, memory, the recipe's ConfigMap and pool, service links. One line per finding.",
+        epilog="exit codes: 0 no finding, 1 findings (one line each on stdout), 2 bad input (one line). "
+        "E.g. kubectl kustomize deploy/kimi-k3.1-pro | llm-d-launcher lint -f -",
+    )
+    lint.add_argument(
+        "-f", "--filename", required=True, metavar="FILE", help="the rendered manifest; - reads stdin"
+    )
+
+
 def _add_local_group(sub: _Commands) -> None:
     sub.add_parser(
         "local-group",
@@ -281,6 +298,7 @@ _COMMANDS: dict[str, Callable[[_Commands], None]] = {
     "version": _add_version,
     "catalog": _add_catalog,
     "probe": _add_probe,
+    "lint": _add_lint,
     "local-group": _add_local_group,
 }
 
@@ -392,6 +410,41 @@ def _cmd_recipes(ns: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_lint(ns: argparse.Namespace) -> int:
+    from roles.lint import lint
+    from roles.manifest import MAX_MANIFEST_BYTES, parse_manifest
+
+    label = "lint -f " + ("-" if ns.filename == "-" else repr(ns.filename))
+    try:
+        if ns.filename == "-":
+            raw = sys.stdin.buffer.read(MAX_MANIFEST_BYTES + 1)
+        else:
+            with open(ns.filename, "rb") as handle:
+                raw = handle.read(MAX_MANIFEST_BYTES + 1)
+        text = raw.decode("utf-8")
+    except OSError as exc:
+        raise ConfigError.one(
+            label, f"cannot be read ({exc.strerror})", "give a readable file, or - for stdin"
+        ) from None
+    except UnicodeDecodeError:
+        raise ConfigError.one(label, "is not UTF-8 text", "give the rendered manifest") from None
+    objects = parse_manifest(text, label)
+    try:
+        report = lint(objects)
+    except (AttributeError, TypeError, KeyError, ValueError) as exc:  # a field of another shape
+        raise ConfigError.one(
+            label,
+            f"holds a field that is not of its Kubernetes type ({type(exc).__name__})",
+            "validate it first (kubectl apply --dry-run=server -f)",
+        ) from None
+    for note in report.notes:
+        say(f"note: {note}")
+    for finding in report.findings:
+        print(finding.line())
+    say(f"lint: {len(report.findings)} finding(s) in {report.pods} launcher pod(s)")
+    return 1 if report.findings else 0
+
+
 def _cmd_catalog(ns: argparse.Namespace) -> int:
     from launcher.catalogs.build import build_catalog
     from launcher.config.settings import Settings
@@ -485,6 +538,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_recipes(ns)
         if ns.command == "catalog":
             return _cmd_catalog(ns)
+        if ns.command == "lint":
+            return _cmd_lint(ns)
         if ns.command == "version":
             sys.stdout.write(version_text())
             return 0

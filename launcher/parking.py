@@ -51,6 +51,7 @@ _STARTED_WITH = (
     "RLIMIT_MEMLOCK",  # set by the runtime at the container's start
     "container memory limit",  # an in-place resize is possible, but not what fixes a plan's need
     "rdma",  # devices are given to a pod when it is created
+    "accelerators",  # likewise its GPUs and TPU chips
     "process ",  # a binary missing from the image
     "engine interpreter",  # the image's engine venv
     "flag catalogue",  # the engine version in the image

@@ -103,6 +103,7 @@ def _needs_dict(needs: HostNeeds) -> dict[str, Any]:
         if needs.store_master is None
         else {"rpc": needs.store_master.rpc, "metadata_server": needs.store_master.metadata_server},
         "advisory": list(needs.advisory),
+        "accelerators": needs.accelerators,
     }
 
 
@@ -135,6 +136,10 @@ def _needs_text(needs: HostNeeds) -> list[str]:
         master = needs.store_master
         where = master.metadata_server or "no HTTP metadata server"
         out.append(f"  {master.name} {master.rpc} and {where}: reachable (LLMD_STORE_MASTER_WAIT_SECONDS)")
+    if needs.accelerators is not None:
+        out.append(
+            f"  accelerators: the pod sees {needs.accelerators} devices (GPUs, or TPU chips x devices each)"
+        )
     if needs.advisory:
         out.append(f"  advisory (warn, do not refuse): {', '.join(needs.advisory)}")
     return (

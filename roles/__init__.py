@@ -48,7 +48,7 @@ def build_plan(
     )
     derived = derive_role(in_pod, recipe, group_member)
     from roles.engines import family_of
-    from roles.needs import fill_interface, fill_rdma, with_host_needs
+    from roles.needs import accelerators, fill_interface, fill_rdma, with_host_needs
 
     family = family_of(derived.pool)
     catalog = None
@@ -96,6 +96,8 @@ def build_plan(
         )
     plan = replace(plan, notes=(*plan.notes, *notes))
     plan = with_host_needs(plan, family, derived.pool, derived.role.pool, derived.pod.pod_ip, catalog)
+    if (devices := accelerators(derived.pool, settings.gpus_per_node)) is not None:
+        plan = replace(plan, needs=replace(plan.needs, accelerators=devices))
     plan = fill_rdma(plan, found.rdma)
     return plan if found.interface is None else fill_interface(plan, found.interface)
 

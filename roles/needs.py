@@ -96,6 +96,14 @@ def with_host_needs(
     return replace(plan, processes=processes, needs=needs, placeholders=placeholders)
 
 
+def accelerators(pool: Pool, gpus_per_node: int | None) -> int | None:
+    """The accelerator devices a pod of this pool drives (its parallelism: devices_per_pod), when the
+    recipe's gpus_per_node or LLMD_GPUS_PER_NODE says it holds any; None for a CPU pool or a service."""
+    if not isinstance(pool, EnginePool) or (pool.gpus_per_node is None and gpus_per_node is None):
+        return None
+    return pool.devices_per_pod()[0]
+
+
 def _network_env(
     engine: ProcessSpec, host_ip_var: str, pod_ip: str
 ) -> tuple[dict[str, str], tuple[DerivedEnv, ...]]:

@@ -19,6 +19,7 @@ import posixpath
 import re
 import textwrap
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BeforeValidator, Field, TypeAdapter, ValidationError, field_validator
@@ -30,6 +31,7 @@ from pydantic_settings import (
     SettingsConfigDict,
     SettingsError,
 )
+from pydantic_settings.sources.utils import parse_env_vars
 
 from launcher.config.defaults import CATALOG_DIR, LOCAL_GROUP_TAG, PROBE_PORT, TERMINATION_LOG
 from launcher.config.recipe import EnvMap
@@ -200,7 +202,8 @@ class Settings(BaseSettings):
     )
     gpus_per_node: int | None = setting(
         None,
-        "accelerator devices the pod holds; checked against TP x local DP",
+        "accelerator devices the pod holds; checked against TP x local DP, and by `run` against the devices "
+        "the pod sees",
         fix="set it to the number of accelerator devices in the pod, a positive integer",
         flag="--gpus-per-node",
         metavar="N",
@@ -527,11 +530,22 @@ class Settings(BaseSettings):
 
 
 TOO_DEEP = "is nested too deeply"
+# Another pod's env and recipe mapping (`lint` plans the pods of a manifest): while set, they are the
+# settings' sources in place of this process's environment and the recipe file it names.
+_ANOTHER_POD: ContextVar[tuple[Mapping[str, str], Mapping[str, Any]] | None] = ContextVar(
+    "another_pod", default=None
+)
 
 
 class BoundedEnvSource(EnvSettingsSource):
     """The environment, with JSON values (LLMD_EXTRA_ENV) nested past Python's recursion limit as a
     value error (pydantic-settings' SettingsError, one line) instead of the decoder's RecursionError."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        pod = _ANOTHER_POD.get()
+        if pod is None:
+            return super()._load_env_vars()
+        return parse_env_vars(pod[0], self.case_sensitive, self.env_ignore_empty, self.env_parse_none_str)
 
     def decode_complex_value(self, field_name: str, field: FieldInfo, value: Any) -> Any:
         try:
@@ -550,7 +564,8 @@ class RecipeLauncherSection(PydanticBaseSettingsSource):
         source = RecipeSource(
             self.current_state.get("recipe", DEFAULT_RECIPE), self.current_state.get("recipe_file")
         )
-        section = read_recipe(source).get("launcher") or {}
+        pod = _ANOTHER_POD.get()
+        section = (read_recipe(source) if pod is None else pod[1]).get("launcher") or {}
         if not isinstance(section, dict):
             raise ConfigError.one(
                 source.setting, f"{source.label}: `launcher:` must be a mapping", "fix the recipe"
@@ -702,9 +717,20 @@ def load_settings(**cli: Any) -> Settings:
         reason = TOO_DEEP if TOO_DEEP in str(exc.__cause__) else "is not valid JSON"
         raise ConfigError.one(setting_label(field, given), reason, fix_for(field)) from None
     _check_lws_env(settings)
-    if settings.strict_env and (unknown := unknown_env(os.environ)):
+    pod = _ANOTHER_POD.get()
+    if settings.strict_env and (unknown := unknown_env(os.environ if pod is None else pod[0])):
         raise ConfigError(unknown)
     return settings
+
+
+def pod_settings(environ: Mapping[str, str], recipe: Mapping[str, Any]) -> Settings:
+    """The settings of a pod with this env and this recipe mapping, neither read from this process
+    (its env, a recipe file): what `lint` plans each pod of a manifest with."""
+    token = _ANOTHER_POD.set((environ, recipe))
+    try:
+        return load_settings()
+    finally:
+        _ANOTHER_POD.reset(token)
 
 
 def _shown(field: str, value: object) -> str:

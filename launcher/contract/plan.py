@@ -410,6 +410,7 @@ class HostNeeds:
     # nothing to check). Preflight checks it with a marker per pod; the manifest is not visible here.
     private_shm: str | None = None
     advisory: tuple[str, ...] = ()  # checks the recipe marks advisory: a warning, not a refusal
+    accelerators: int | None = None  # devices the pod must see (None: a CPU pool, nothing to count)
 
     @property
     def host_bytes(self) -> int:

@@ -58,7 +58,6 @@ def prefill_recipe(path: Path, model: Path, render: bool = True) -> Path:
         "    kind: vllm\n"
         "    layout: multinode\n"
         "    nodes: 2\n"
-        "    gpus_per_node: 1\n"
         "    tensor_parallel: 2\n"
         "    port: 8000\n"
         "    args: {max-model-len: 512, dtype: float32, enforce-eager: true, enable-prefix-caching: true,\n"
@@ -223,7 +222,6 @@ def decode_recipe(path: Path, model: Path) -> Path:
         "    kind: vllm\n"
         "    layout: data-parallel\n"
         "    nodes: 2\n"
-        "    gpus_per_node: 2\n"
         "    data_parallel_local: 2\n"
         "    port: 8200\n"
         "    supervisor_port: 8208\n"
@@ -255,7 +253,6 @@ def tpu_recipe(path: Path, model: Path) -> Path:
         "  tpu:\n"
         "    kind: sglang\n"
         "    nodes: 2\n"
-        "    gpus_per_node: 1\n"
         "    tensor_parallel: 2\n"
         "    port: 30000\n"
         "    dist_init_port: 20000\n"
@@ -300,11 +297,10 @@ def pd_recipe(path: Path, model: Path, decode_seed: str = "42", prefill_ranks: i
         ' protocol: tcp, device_name: "", global_segment_size: 256MB, local_buffer_size: 128MB}'
     )
 
-    def pool(port: int, role: str, nixl: str, store_role: str, seed: str, extra: str, ranks: int = 1) -> str:
+    def pool(port: int, role: str, nixl: str, store_role: str, seed: str, extra: str) -> str:
         return (
             "    kind: vllm\n"
             "    nodes: 1\n"
-            f"    gpus_per_node: {ranks}\n"
             "    tensor_parallel: 1\n"
             f"    port: {port}\n"
             "    args:\n"
@@ -328,7 +324,7 @@ def pd_recipe(path: Path, model: Path, decode_seed: str = "42", prefill_ranks: i
         f"model: {{path: {model}, served_name: tiny}}\n"
         "default_pool: decode\n"
         "pools:\n"
-        "  prefill:\n" + pool(8000, "kv_both", "kv_producer", "kv_both", "42", layout, prefill_ranks) +
+        "  prefill:\n" + pool(8000, "kv_both", "kv_producer", "kv_both", "42", layout) +
         "  decode:\n" + pool(8200, "kv_consumer", "kv_consumer", "kv_consumer", decode_seed, SIDECAR) +
         "  mooncake-master:\n"
         "    kind: mooncake-master\n"

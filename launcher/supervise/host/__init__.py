@@ -5,12 +5,13 @@ warnings (README "Preflight")."""
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.contract.errors import Problem
 from launcher.contract.plan import Plan, RdmaPort
-from launcher.supervise.host import checkpoint, memory, network, packages, rdma
+from launcher.supervise.host import accelerators, checkpoint, memory, network, packages, rdma
 
 
 @dataclass
@@ -27,6 +28,8 @@ def check_host(plan: Plan, bin_path: str, sysfs_root: str = "/sys", dev_root: st
     report = HostReport()
     found: list[tuple[str, Problem]] = []
     needs = plan.needs
+    devices = accelerators.check_accelerators(plan, os.environ, dev_root, sysfs_root)
+    found += [("accelerators", p) for p in devices]
     if needs.rdma is not None:
         report.rdma = rdma.rdma_ports(sysfs_root, dev_root)
         report.facts["rdma"] = [p.name for p in report.rdma]

@@ -69,11 +69,16 @@ def test_every_guide_recipe_has_a_deploy_directory_in_the_guides_form() -> None:
 
 
 def check_launcher_pod(
-    recipe_name: str, spec: dict[str, Any], container: dict[str, Any], pod: dict[str, Any]
+    recipe_name: str,
+    spec: dict[str, Any],
+    container: dict[str, Any],
+    pod: dict[str, Any],
+    in_group: bool = False,
 ) -> None:
     """What every guide pod run by the launcher shares: its recipe and pool, the guide's grace period
     told to the launcher, the launcher's probes on its port with the guide's budget as its start-up
-    deadline, the guide's Secret env, shm, node selector, resources and capabilities."""
+    deadline (less the time an LWS pod may park), the guide's Secret env, shm, node selector,
+    resources (memory raised to hold the guide's /dev/shm where it does not) and capabilities."""
     recipe = load_recipe(RecipeSource(recipe_name, None))
     env = container_env(container)
     assert env["LLMD_RECIPE"] == recipe_name
@@ -93,7 +98,8 @@ def check_launcher_pod(
         assert {k: v for k, v in container[f"{name}Probe"].items() if k != "httpGet"} == timings, name
     startup = container["startupProbe"]
     budget = startup.get("initialDelaySeconds", 0) + startup["periodSeconds"] * startup["failureThreshold"]
-    assert int(env["LLMD_STARTUP_SECONDS"]) == budget - 2 * startup["periodSeconds"]
+    park = Settings.model_fields["park_seconds"].default if in_group else 0
+    assert int(env["LLMD_STARTUP_SECONDS"]) == budget - park - 2 * startup["periodSeconds"]
     secrets = {
         e["name"]: e["valueFrom"]["secretKeyRef"]
         for e in container["env"]
@@ -104,8 +110,18 @@ def check_launcher_pod(
     guide_shm = [parse_size(pod["shm"])] if "shm" in pod else []
     assert [parse_size(s) for s in shm] == guide_shm == ([pool.host.shm] if pool.host.shm else [])
     assert spec.get("nodeSelector") == pod.get("node_selector")
-    assert container["resources"] == pod["resources"]
+    assert container["resources"] == guide_resources(pod, pool.host.shm)
     assert container.get("securityContext", {}).get("capabilities", {}).get("add") == pod.get("capabilities")
+
+
+def guide_resources(pod: dict[str, Any], shm: int) -> dict[str, Any]:
+    """The guide's resources, with the /dev/shm emptyDir (memory-backed: charged to the pod) added
+    to a memory the guide sized below it (`llm-d-launcher lint` finds that)."""
+    resources = {k: dict(v) for k, v in pod["resources"].items()}
+    for values in resources.values():
+        if "memory" in values and parse_size(values["memory"]) < shm:
+            values["memory"] = f"{(parse_size(values['memory']) + shm) >> 30}Gi"
+    return resources
 
 
 @pytest.mark.parametrize("directory", GUIDED, ids=[d.name for d in GUIDED])
@@ -184,7 +200,7 @@ def test_the_disaggregated_set_is_the_guides_roles_run_by_the_launcher(directory
             "LWS_NAME": "metadata.labels['leaderworkerset.sigs.k8s.io/name']", "NODE_NAME": "spec.nodeName",
         }  # fmt: skip
         assert "probes" in pod and "rollout" in pod
-        check_launcher_pod(directory.name, spec, container, pod)
+        check_launcher_pod(directory.name, spec, container, pod, in_group=True)
         # Every pod of a group plans, and the group's checks pass, from its own LWS env.
         for worker in range(lwt["size"]):
             pod_env = env | lws_env(doc["metadata"]["name"], role["name"], lwt["size"], worker)

@@ -29,6 +29,8 @@ from launcher.config.defaults import PROBE_PORT
 from launcher.config.recipe import MooncakeDonorPool, SglangPool, VllmPool, parse_size
 from launcher.config.recipe_file import RecipeSource, load_recipe
 from launcher.config.settings import Settings
+from roles.manifest import LWS_NAME_LABEL, worker_templates
+from roles.manifest import container_env as manifest_env
 from roles.memory import pod_memory
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -48,10 +50,8 @@ K8S_VERSION = "1.33"
 # DRA objects (ResourceClaimTemplate) as resource.k8s.io/v1, GA in 1.34: GKE A4X Max needs 1.34.3 or later
 # (NVIDIA AICR docs/integrator/gke-a4x-max-networking.md, after GKE's A4X Max guide).
 DRA_K8S_VERSION = "1.34"
-# What the downward API and LWS give each pod (the addresses are examples).
-DOWNWARD = {"status.podIP": "10.64.0.10", "metadata.name": "pod-0", "metadata.namespace": "llm-d-kimi-k3-1",
-            "spec.nodeName": "node-a",
-            "metadata.labels['leaderworkerset.sigs.k8s.io/name']": "kimi-k3-1-gpu-vllm-decode"}  # fmt: skip
+# The pod a container's env is resolved for (the downward API's example values: roles/manifest.py).
+EXAMPLE_POD = {"metadata": {"labels": {LWS_NAME_LABEL: "kimi-k3-1-gpu-vllm-decode"}}}
 
 
 def kustomize(directory: Path) -> str:
@@ -197,24 +197,14 @@ def pod_spec(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def pod_templates(doc: dict[str, Any]) -> list[dict[str, Any]]:
-    """The pod template of each pod of one group, by worker index (LWS: the leader template, when
-    given, for index 0); one template for the other kinds."""
-    if doc["kind"] != "LeaderWorkerSet":
-        return [doc["spec"]["template"]]
-    lwt = doc["spec"]["leaderWorkerTemplate"]
-    return [lwt.get("leaderTemplate", lwt["workerTemplate"]) if i == 0 else lwt["workerTemplate"]
-            for i in range(lwt["size"])]  # fmt: skip
+    """The pod template of each pod of one group, by worker index (roles/manifest.py)."""
+    return [dict(t) for t in worker_templates(doc)]
 
 
 def container_env(container: dict[str, Any]) -> dict[str, str]:
-    """The env the container would see: literal values and downward-API fields (no secrets)."""
-    env = {}
-    for item in container.get("env", []):
-        if "value" in item:
-            env[item["name"]] = item["value"]
-        elif "fieldRef" in item.get("valueFrom", {}):
-            env[item["name"]] = DOWNWARD[item["valueFrom"]["fieldRef"]["fieldPath"]]
-    return env
+    """The env the container would see: literal values and downward-API fields (no secrets), as
+    `llm-d-launcher lint` resolves them (roles/manifest.py)."""
+    return manifest_env({"metadata": {"namespace": NAMESPACE}}, EXAMPLE_POD, container)
 
 
 HASHED = re.compile(r"^(?P<name>.+)-[a-z0-9]{10}$")  # a generated ConfigMap's name once rendered

@@ -18,6 +18,7 @@ else:  # pragma: no cover
 
 ROOT = Path(__file__).resolve().parents[3]
 
+TPU_MANIFEST = ROOT / "deploy" / "kimi-k3.1-pro" / "tpu" / "tpu.yaml"
 HEAVY = ("asyncio", "aiohttp", "zmq", "healthchecks.server", "launcher.supervise.supervisor")
 
 
@@ -39,8 +40,9 @@ def _loaded_after(code: str) -> set[str]:
         "import launcher.cli",
         "from launcher.cli import main\nmain(['plan', '--format', 'json'])",
         "from launcher.cli import main\nmain(['plan', '--group', '--pool', 'decode'])",
+        f"from launcher.cli import main\nmain(['lint', '-f', '{TPU_MANIFEST}'])",
     ],
-    ids=["import", "plan", "plan-group"],
+    ids=["import", "plan", "plan-group", "lint"],
 )
 def test_dry_run_loads_no_event_loop_or_sockets(code: str) -> None:
     """pydantic-settings (2.16) imports asyncio itself (`pydantic_settings/main.py`, for its async CLI
