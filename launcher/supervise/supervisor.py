@@ -193,7 +193,7 @@ class Supervisor:
         return self.stop != RUNNING
 
     async def run(self) -> Outcome:
-        unwatch = self.spawner.watch(self._reap)
+        unwatch = self.spawner.watch(self._on_sigchld)
         recording: asyncio.Task[None] | None = None
         try:
             write_files(self.plan.files)
@@ -390,15 +390,20 @@ class Supervisor:
             self._close_reader(reader)
 
     # ------------------------------------------------------------------ reaping
-    def _reap(self) -> None:
-        """The one place children are reaped: ours and orphans re-parented to us."""
-        for pid, code in self.spawner.reap():
+    def _on_sigchld(self) -> None:
+        self._reap()
+
+    def _reap(self) -> bool:
+        """The one place children are reaped: ours and orphans re-parented to us. True if any was."""
+        exited = self.spawner.reap()
+        for pid, code in exited:
             state = self._by_pid.get(pid)
             if state is not None:  # bookkeeping now, so a waiting shutdown sees it at once
                 state.running, state.last_exit = False, code
                 state.exited.set()
             self.events.put_nowait(ChildExited(pid, code))
         self._quiet.set()
+        return bool(exited)
 
     # ------------------------------------------------------------------ shutdown
     def _begin_shutdown(self, stop: StopRequested | Failed) -> None:
@@ -493,8 +498,9 @@ class Supervisor:
         """Until every process of the plan and every descendant (orphans included) has exited."""
         while True:
             self._reap()  # collect zombies now: a pending SIGCHLD must not outlive us
-            if not any(s.running for s in self.processes) and not self._descendants():
-                self._reap()  # one that died between the two calls above is a zombie of ours now
+            # One that exited during the listing is a zombie of ours now, reaped here, and the
+            # successor it may have forked meanwhile was not listed (a re-forking stray): look again.
+            if not any(s.running for s in self.processes) and not self._descendants() and not self._reap():
                 return True
             remaining = deadline - self.clock()
             if remaining <= 0:
