@@ -20,13 +20,13 @@ def say(line: str) -> None:
         silence()
 
 
-def silence() -> None:
-    """Point fd 2 at /dev/null, so what is still buffered and every later write (the interpreter's
-    last flush included) succeeds: the Python docs' recipe for a broken stdout (signal module, "Note
-    on SIGPIPE")."""
+def silence(fd: int = 2) -> None:
+    """Point fd 2 (or stdout's 1) at /dev/null, so what is still buffered and every later write (the
+    interpreter's last flush included) succeeds: the Python docs' recipe for a broken stdout (signal
+    module, "Note on SIGPIPE")."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)
     except OSError:
         return
-    os.dup2(devnull, 2)
+    os.dup2(devnull, fd)
     os.close(devnull)
