@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, MutableMapping
 from datetime import datetime, timezone
 from typing import IO, Any, Protocol, TextIO
 
-from launcher.contract.redact import REDACTED, Scrubber, is_secret_name, redact_env
+from launcher.contract.redact import REDACTED, Scrubber, is_secret_name
 from launcher.supervise.severity import launcher_severity, severity_of
 
 LAUNCHER = "llm-d-launcher"  # the `process` of the launcher's own lines
@@ -50,21 +50,25 @@ with _rich_hidden():  # the one load-time import of structlog (tests/unit/superv
 def wants_json(log_format: str, stream: TextIO | None = None) -> bool:
     """auto: JSON where a machine reads the logs (a pod), console text on a terminal."""
     if log_format == "auto":
-        return not (stream or sys.stderr).isatty()
+        stream = stream or sys.stderr
+        return stream is None or not stream.isatty()  # None: fd 2 was closed at start
     return log_format == "json"
 
 
 def configure(as_json: bool, scrub: Scrubber, stream: IO[str] | FdWriter) -> structlog.stdlib.BoundLogger:
+    def clean(value: Any) -> Any:
+        """Secrets hidden at any depth (by value, and by name in a mapping); a tuple as a JSON list."""
+        if isinstance(value, str):
+            return scrub(value)
+        if isinstance(value, dict):
+            return {str(k): REDACTED if is_secret_name(str(k)) else clean(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(v) for v in value]
+        return value
+
     def redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
         for key, value in event.items():
-            if is_secret_name(key):
-                event[key] = REDACTED
-            elif isinstance(value, dict):
-                event[key] = redact_env({str(k): str(v) for k, v in value.items()})
-            elif isinstance(value, str):
-                event[key] = scrub(value)
-            elif isinstance(value, (list, tuple)):
-                event[key] = [scrub(v) if isinstance(v, str) else v for v in value]
+            event[key] = REDACTED if is_secret_name(key) else clean(value)
         return event
 
     renderer: list[Any] = (
@@ -103,7 +107,7 @@ def to_schema(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMappin
 
 def record(process: str, severity: str, message: str) -> dict[str, Any]:
     """The head of every JSON line, in this order."""
-    stamp = datetime.now(timezone.utc).isoformat()
+    stamp = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")  # structlog's TimeStamper form
     return {"timestamp": stamp, "severity": severity, "process": process, "message": message}
 
 
@@ -256,6 +260,11 @@ class OutputOwner(Protocol):
 _LINE_END = re.compile(rb"\r?\n|\r")
 
 
+class Continued(str):
+    """A later piece of a line longer than MAX_LINE, in a tail: it continues the entry before it (an
+    engine's refusal is recognised on the whole line, launcher/supervise/refusal.py)."""
+
+
 class LineReader:
     """Splits one child pipe into lines and hands each to the output, keeping a short tail."""
 
@@ -270,6 +279,7 @@ class LineReader:
         self.state, self.stream, self.pipe, self.output, self.on_line = state, stream, pipe, output, on_line
         self.fd = pipe.fileno()
         self.buffer = b""
+        self.cut = False  # the last piece emitted was cut from a line that goes on
 
     def read(self) -> bool | None:
         """One non-blocking read: True if data came, None if none is waiting, False at end of file."""
@@ -287,20 +297,24 @@ class LineReader:
         for line in lines:
             if line:
                 self._emit(line)
+            self.cut = False
         scrub = self.output.scrub
         while len(self.buffer) > MAX_LINE + scrub.longest:  # a secret across the cut is kept whole
             cut = scrub.cut(self.buffer, MAX_LINE)
             self._emit(self.buffer[:cut])
             self.buffer = self.buffer[cut:]
+            self.cut = True
         return True
 
     def flush(self) -> None:
         if self.buffer:
             self._emit(self.buffer)
             self.buffer = b""
+        self.cut = False
 
     def _emit(self, raw: bytes) -> None:
         text = raw.decode("utf-8", errors="replace").rstrip("\r")
-        self.state.tail.append(self.output.line(self.state.name, self.stream, text))
+        shown = self.output.line(self.state.name, self.stream, text)
+        self.state.tail.append(Continued(shown) if self.cut else shown)
         if self.on_line is not None:
             self.on_line(self.state.name, text)

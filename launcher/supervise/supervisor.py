@@ -49,6 +49,7 @@ from launcher.contract.redact import redact_argv
 from launcher.contract.stop import RUNNING, EngineStop, Failed, StopRequested, StopState, Verdict
 from launcher.supervise.logs import TAIL_LINES, ChildOutput, LineReader
 from launcher.supervise.outcome import Outcome, final_outcome
+from launcher.supervise.refusal import configuration_error
 from launcher.supervise.spawn import Spawner, SubprocessSpawner, search_path
 
 if TYPE_CHECKING:
@@ -159,9 +160,12 @@ class Supervisor:
         on_line: Callable[[str, str], None] | None = None,
         spawner: Spawner | None = None,
         on_stopping: Callable[[], None] | None = None,
+        before_weights: Callable[[], bool] = lambda: False,
     ) -> None:
         """on_line(process name, line): sees every output line (start-up progress is read from it).
         on_stopping(): the stop has begun (the probes publish "not ready" at once, not at their next look).
+        before_weights(): the engine has not begun loading its weights (PodHealth.before_weights):
+        only then is an exit with a refusal's last words a refused configuration, not a crash.
         clock must tick with the event loop's timers (loop.time does; time.monotonic is the default)."""
         self.plan = plan
         self.config = config
@@ -173,6 +177,7 @@ class Supervisor:
         self.processes = [ProcessState(spec) for spec in plan.processes]
         self.on_line = on_line
         self.on_stopping = on_stopping
+        self.before_weights = before_weights
         self.stop: StopState = RUNNING  # the probes report not ready from the first moment of a stop
         self._by_pid: dict[int, ProcessState] = {}
         self._groups: set[int] = set()  # every process group we created
@@ -287,11 +292,19 @@ class Supervisor:
                     exit_code_of(code),
                     tuple(state.tail),
                     name=own(code),
+                    refusal=self._refusal(state, code),
                 )
             state.become(Lifecycle.FATAL)
             self._begin_shutdown(failed)
             return
         self._schedule_restart(state, code)
+
+    def _refusal(self, state: ProcessState, code: int) -> str:
+        """The engine's refused configuration, when this exit is one (launcher/supervise/refusal.py)."""
+        if state is not self.engine or code <= 0 or not self.before_weights():
+            return ""
+        progress = self.plan.probes.progress
+        return configuration_error(state.tail, progress.refusal if progress else None) or ""
 
     def _schedule_restart(self, state: ProcessState, code: int) -> None:
         now = self.clock()
