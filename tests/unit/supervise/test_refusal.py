@@ -4,17 +4,16 @@ classes, a ValueError from its checks), and what is not one."""
 
 from __future__ import annotations
 
-import io
 import os
-from collections import deque
 
 import pytest
 
 from launcher.contract.redact import Scrubber
-from launcher.supervise.logs import ChildOutput, FdWriter, LineReader
+from launcher.supervise.logs import ChildOutput, FdWriter
 from launcher.supervise.refusal import MAX_SHOWN, configuration_error
 from roles.engines.sglang import SGLANG
 from roles.engines.vllm import VLLM
+from tests.unit.supervise.line_reader import read_through
 
 SITE = "/venv/lib/python3.11/site-packages"
 ARGPARSE = [
@@ -102,35 +101,13 @@ def test_a_long_error_is_cut() -> None:
     assert line is not None and len(line) == MAX_SHOWN and line.endswith("…")
 
 
-class _Owner:
-    name = "engine"
-
-    def __init__(self) -> None:
-        self.tail: deque[str] = deque(maxlen=40)
-
-
-def test_a_refusal_longer_than_a_log_line_is_found_whole(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Issue #40.4: a 200 KiB refusal is logged in pieces of MAX_LINE; its later pieces are the same
+def test_a_refusal_longer_than_a_log_line_is_found_whole() -> None:
+    """Issue #40.4: a 240 KiB refusal is logged in pieces of MAX_LINE; its later pieces are the same
     line, not something said after it."""
-    monkeypatch.setattr("sys.stderr", io.StringIO())
-    owner = _Owner()
-    read, write = os.pipe()
-    os.set_blocking(read, False)
-    pipe = open(read, "rb", buffering=0)  # noqa: SIM115 - closed below
     output = ChildOutput(False, Scrubber([]))
     output.stderr = FdWriter(os.open(os.devnull, os.O_WRONLY), str)
-    reader = LineReader(owner, "stderr", pipe, output, None)
     data = b"Traceback (most recent call last):\nValueError: bad value " + b"ab cd " * (40 * 1024) + b"\n"
-    view = memoryview(data)
-    while view:
-        view = view[os.write(write, view[:65536]) :]
-        while reader.read():
-            pass
-    os.close(write)
-    while reader.read() is not False:
-        pass
-    reader.flush()
-    pipe.close()
-    assert len(owner.tail) > 3  # the line came in pieces
-    line = configuration_error(owner.tail)
+    tail = read_through(data, output)
+    assert len(tail) > 3  # the line came in pieces
+    line = configuration_error(tail)
     assert line is not None and line.startswith("ValueError: bad value ab cd ab") and len(line) == MAX_SHOWN
