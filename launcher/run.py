@@ -129,7 +129,8 @@ def _plan_secrets(plan: Plan) -> list[str]:
 
 def _child_output(first: Inputs | ConfigError, scrub: Scrubber) -> ChildOutput:
     """The launcher's stdout and stderr, shared by its own log and its children's lines."""
-    from launcher.supervise.logs import ChildOutput, wants_json
+    from launcher.stderr import wants_json
+    from launcher.supervise.logs import ChildOutput
 
     return ChildOutput(wants_json(_setting(first, "log_format")), scrub)
 

@@ -6,6 +6,24 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import datetime, timezone
+from typing import Any, TextIO
+
+LAUNCHER = "llm-d-launcher"  # the `process` of the launcher's own lines
+
+
+def wants_json(log_format: str, stream: TextIO | None = None) -> bool:
+    """LLMD_LOG_FORMAT; auto: JSON where a machine reads the logs (a pod), console text on a terminal."""
+    if log_format == "auto":
+        stream = stream or sys.stderr
+        return stream is None or not stream.isatty()  # None: fd 2 was closed at start
+    return log_format == "json"
+
+
+def json_head(process: str, severity: str, message: str) -> dict[str, Any]:
+    """The head of every JSON line, in this order (launcher/supervise/logs.py has the schema)."""
+    stamp = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")  # structlog's TimeStamper form
+    return {"timestamp": stamp, "severity": severity, "process": process, "message": message}
 
 
 def say(line: str) -> None:

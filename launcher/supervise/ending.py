@@ -21,9 +21,8 @@ from launcher.contract.exits import INTERNAL_ERROR
 from launcher.contract.log import Log
 from launcher.contract.lws import in_group
 from launcher.contract.redact import Scrubber
-from launcher.stderr import say
+from launcher.stderr import LAUNCHER, json_head, say, wants_json
 from launcher.supervise.kube_event import EventRecorder, EventSettings
-from launcher.supervise.logs import LAUNCHER, configure, record, wants_json
 from launcher.supervise.outcome import TERMINATION_LIMIT, Outcome
 
 
@@ -50,7 +49,7 @@ class Ending:
     def say(self, problem: Problem, severity: str = "error") -> None:
         """A problem of the inputs, on its own line: JSON when the logs are (LLMD_LOG_FORMAT)."""
         if wants_json(self.setting("log_format")):
-            line = record(LAUNCHER, severity.upper(), problem.shown(self.scrub)) | {
+            line = json_head(LAUNCHER, severity.upper(), problem.shown(self.scrub)) | {
                 "setting": problem.setting
             }
             say(json.dumps(line, ensure_ascii=False))
@@ -93,6 +92,9 @@ class Ending:
     def _log(self) -> Log:
         """The launcher's log; before `run` set it up (the inputs were refused), one on stderr."""
         if self.log is None:
+            # Imported here: structlog and asyncio (~100 ms) stay off the path of a refused input.
+            from launcher.supervise.logs import configure
+
             stream = sys.stderr if sys.stderr is not None else io.StringIO()  # fd 2 closed: said nowhere
             self.log = configure(wants_json(self.setting("log_format"), stream), self.scrub, stream)
         return self.log

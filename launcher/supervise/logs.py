@@ -19,13 +19,11 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, MutableMapping
-from datetime import datetime, timezone
-from typing import IO, Any, Protocol, TextIO
+from typing import IO, Any, Protocol
 
 from launcher.contract.redact import REDACTED, Scrubber, is_secret_name
+from launcher.stderr import LAUNCHER, json_head
 from launcher.supervise.severity import launcher_severity, severity_of
-
-LAUNCHER = "llm-d-launcher"  # the `process` of the launcher's own lines
 
 
 @contextlib.contextmanager
@@ -45,14 +43,6 @@ def _rich_hidden() -> Iterator[None]:
 
 with _rich_hidden():  # the one load-time import of structlog (tests/unit/supervise/test_log_imports.py)
     import structlog
-
-
-def wants_json(log_format: str, stream: TextIO | None = None) -> bool:
-    """auto: JSON where a machine reads the logs (a pod), console text on a terminal."""
-    if log_format == "auto":
-        stream = stream or sys.stderr
-        return stream is None or not stream.isatty()  # None: fd 2 was closed at start
-    return log_format == "json"
 
 
 def configure(as_json: bool, scrub: Scrubber, stream: IO[str] | FdWriter) -> structlog.stdlib.BoundLogger:
@@ -100,15 +90,9 @@ def to_schema(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMappin
     for key, renamed in _RENAMED.items():
         if key in event:
             event[renamed] = event.pop(key)
-    head = record(LAUNCHER, launcher_severity(event.pop("level", "")), str(event.pop("event", "")))
+    head = json_head(LAUNCHER, launcher_severity(event.pop("level", "")), str(event.pop("event", "")))
     head["timestamp"] = event.pop("timestamp", head["timestamp"])
     return head | dict(event)
-
-
-def record(process: str, severity: str, message: str) -> dict[str, Any]:
-    """The head of every JSON line, in this order."""
-    stamp = datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")  # structlog's TimeStamper form
-    return {"timestamp": stamp, "severity": severity, "process": process, "message": message}
 
 
 QUEUE_LIMIT = 1 << 20  # bytes of output held per stream while its reader is slow
@@ -230,14 +214,14 @@ class ChildOutput:
     def _notice(self, count: int) -> str:
         event = f"{count} lines dropped: the reader of the launcher's output was too slow"
         if self.as_json:
-            return json.dumps(record(LAUNCHER, "WARNING", event)) + "\n"
+            return json.dumps(json_head(LAUNCHER, "WARNING", event)) + "\n"
         return f"{LAUNCHER} | {event}\n"
 
     def line(self, process: str, stream: str, text: str) -> str:
         text = self.scrub(text)
         out = self.stderr if stream == "stderr" else self.stdout
         if self.as_json:
-            line = record(process, severity_of(text), text) | {"stream": stream}
+            line = json_head(process, severity_of(text), text) | {"stream": stream}
             out.write(json.dumps(line, ensure_ascii=False) + "\n")
         else:
             out.write(f"{process} | {text}\n")
