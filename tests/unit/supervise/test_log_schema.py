@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from launcher.contract.redact import REDACTED, Scrubber
-from launcher.supervise.logs import LAUNCHER, ChildOutput, FdWriter, configure
+from launcher.stderr import LAUNCHER
+from launcher.supervise.logs import ChildOutput, FdWriter, configure
 from launcher.supervise.severity import severity_of
 
 REPO = Path(__file__).resolve().parents[3]
