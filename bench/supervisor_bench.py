@@ -75,7 +75,13 @@ def recipe(workdir: Path, *, model: Path, port: int, render: int | None, extra: 
 
 
 def standin_pod(
-    root: Path, n: int, env: dict[str, str] | None = None, extra: str = "", tree: Path = REPO
+    root: Path,
+    n: int,
+    env: dict[str, str] | None = None,
+    extra: str = "",
+    tree: Path = REPO,
+    *,
+    render: bool = True,
 ) -> LauncherPod:
     """The launcher of `tree` (this checkout, or another for a before/after) over the stand-ins."""
     workdir = root / f"pod{n}"
@@ -85,7 +91,7 @@ def standin_pod(
     (model / "config.json").write_text("{}")
     (model / "tokenizer.json").write_text("{}")  # preflight checks the checkpoint is all there
     port = free_port()
-    spec = recipe(workdir, model=model, port=port, render=free_port(), extra=extra)
+    spec = recipe(workdir, model=model, port=port, render=free_port() if render else None, extra=extra)
     base = {
         "LLMD_RECIPE_FILE": str(spec),
         "POD_IP": "127.0.0.1",
@@ -122,6 +128,13 @@ class Death:
 PID_NAMESPACE = ["unshare", "--user", "--map-root-user", "--pid", "--fork", "--mount-proc"]
 
 
+# The death path as issue #40.6 measured it: a one-pool recipe (`kind: vllm`, a port, nothing else:
+# no render sidecar), no LWS env, the stand-in engine answering /health, no stall watch, no shm
+# ledger, a termination log and a runtime dir (LauncherPod gives both); killed 1 s after it answers.
+DEATH_ENV = {"LLMD_STALL_SECONDS": "0", "LLMD_SHM_DIR": ""}
+KILLED_AFTER = 1.0
+
+
 def death_to_exit(
     root: Path, runs: int, tree: Path, *, traced: bool = False, first: int = 0, as_pid_1: bool = False
 ) -> list[Death]:
@@ -129,11 +142,12 @@ def death_to_exit(
     for n in range(first, first + runs):
         trace = root / f"steps{n}.json"
         env = {"LLMD_BENCH_STEPS": str(trace), "PYTHONPATH": f"{STEPS_DIR}:{tree}"} if traced else {}
-        pod = standin_pod(root, n, env, tree=tree)
+        pod = standin_pod(root, n, {**DEATH_ENV, **env}, tree=tree, render=False)
         pod.wrapper = PID_NAMESPACE if as_pid_1 else []
         pod.start()
         pod.wait_for("engine | stand-in engine up")
-        pod.wait_for("render | stand-in render up")
+        pod.wait_probe("startupz", 200)  # the engine answered /health
+        time.sleep(KILLED_AFTER)
         pid = engine_pid(pod, as_pid_1)
         assert pod.proc is not None
         start = time.monotonic()
@@ -431,10 +445,20 @@ def main() -> None:
         help="the launcher of another checkout over the stand-ins, for a before/after "
         "(e.g. `git archive COMMIT | tar -x -C DIR`); the real engine runs this checkout's",
     )
+    parser.add_argument(
+        "--death-before",
+        type=Path,
+        metavar="DIR",
+        help="only the death path, of DIR's launcher and this one's side by side (runs interleaved in "
+        "batches of 5, so both see the same load), outside a PID namespace and as PID 1",
+    )
     parser.add_argument("--real-engine-footprint", metavar="MODEL", help=argparse.SUPPRESS)  # internal
     ns = parser.parse_args()
     if ns.real_engine_footprint:
         real_engine_footprint_here(Path(ns.real_engine_footprint), ns.idle_seconds)
+        return
+    if ns.death_before:
+        death_side_by_side(ns.death_before.resolve(), ns.launcher_tree.resolve(), ns.runs)
         return
     with tempfile.TemporaryDirectory(prefix="llmd-bench-") as tmp:
         root = Path(tmp)
@@ -505,6 +529,33 @@ def main() -> None:
     print_steps(traced)
     if rows:
         print_bad_inputs(rows)
+
+
+def death_side_by_side(before: Path, after: Path, runs: int) -> None:
+    """The death path of two trees, interleaved in batches of 5 runs so both see the same load."""
+    took: dict[tuple[str, bool], list[float]] = {}
+    with tempfile.TemporaryDirectory(prefix="llmd-bench-") as tmp:
+        root, n = Path(tmp), 0
+        print(f"death path, {runs} runs per tree and mode; {load()}", flush=True)
+        for _ in range(0, runs, 5):
+            for as_pid_1 in (False, True):
+                for name, tree in (("before", before), ("after", after)):
+                    deaths = death_to_exit(root, 5, tree, first=n, as_pid_1=as_pid_1)
+                    took.setdefault((name, as_pid_1), []).extend(d.took for d in deaths)
+                    n += 5
+        finished = load()
+    print(f"\n## Death path side by side ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores)\n")
+    print(f"{runs} runs each; {finished}. Engine SIGKILL -> launcher exit, {KILLED_AFTER:g} s after /health")
+    print("answered; one-pool recipe, no LWS env, LLMD_STALL_SECONDS=0, LLMD_SHM_DIR=''.\n")
+    print(f"| launcher | where | median | p99 | goal p99 <= {DEATH_GOAL_MS:g} ms |")
+    print("|---|---|---|---|---|")
+    for (name, as_pid_1), values in took.items():
+        tree = before if name == "before" else after
+        p99 = pct(values, 0.99) * 1000
+        where = "PID 1 of a PID namespace" if as_pid_1 else "outside a PID namespace"
+        met = "met" if p99 <= DEATH_GOAL_MS else "NOT MET"
+        median = statistics.median(values) * 1000
+        print(f"| {name} ({tree.name}) | {where} | {median:.1f} ms | {p99:.1f} ms | {met} |")
 
 
 def mb(used: Footprint) -> str:

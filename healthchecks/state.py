@@ -13,7 +13,16 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from healthchecks.progress import StartupProgress
 from launcher.contract.lifecycle import Lifecycle
-from launcher.contract.phases import LOADING_WEIGHTS, PARKED, PREFLIGHT, STARTED, STARTING, STOPPING
+from launcher.contract.phases import (
+    INITIALIZING,
+    LOADING_WEIGHTS,
+    PARKED,
+    PHASES,
+    PREFLIGHT,
+    STARTED,
+    STARTING,
+    STOPPING,
+)
 from launcher.contract.plan import Check, HttpCheck, Probes, ProcessSpec, TcpCheck
 from launcher.contract.stop import Failed, Running, StopRequested, StopState
 
@@ -192,10 +201,10 @@ class PodHealth:
             return STOPPING
         return self._phase
 
-    @property
-    def reached(self) -> str:
-        """The last start-up phase, also once a stop began (`phase` then says stopping)."""
-        return self._phase
+    def before_weights(self) -> bool:
+        """The engine has not finished loading its weights: an exit now with a refusal's last words is
+        a refused configuration, not a crash a fresh group may not repeat (the Supervisor asks)."""
+        return self.started_at is None and PHASES.index(self._phase) < PHASES.index(INITIALIZING)
 
     @property
     def checks(self) -> tuple[Check, ...]:

@@ -517,6 +517,20 @@ def _exit_now(code: int, output: TextIO | None = None) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The entry point. A reader that stops early (`recipes schema | head`) ends a command quietly
+    with 1, as the Python docs advise (signal module, "Note on SIGPIPE"): the rest is not wanted."""
+    try:
+        try:
+            return _main(argv)
+        finally:  # here, not in the interpreter's last flush: a reader gone is met inside the try
+            if sys.stdout is not None:
+                sys.stdout.flush()
+    except BrokenPipeError:
+        silence(1)
+        return 1
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     parser = _parser(args[0] if args and args[0] in _COMMANDS else None)
     ns = parser.parse_args(args)

@@ -20,15 +20,14 @@ import asyncio
 import math
 import re
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import replace
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from healthchecks.state import Parked, PodHealth
 from launcher.contract.errors import ConfigError, Problem
-from launcher.contract.exits import BAD_INPUT, signal_name
+from launcher.contract.exits import BAD_INPUT, EVENT_REASONS, signal_name
 from launcher.contract.log import Log
-from launcher.contract.lws import LEADER_ADDRESS, LWS_ENV
+from launcher.contract.lws import LEADER_ADDRESS
 from launcher.supervise.outcome import Outcome
 from launcher.supervise.supervisor import SignalReceived
 from roles.engines.service_links import ENGINE_ENV_PREFIXES
@@ -63,11 +62,6 @@ _STARTED_WITH = (
 _NOT_ENV = ("LLMD_RECIPE_FILE", LEADER_ADDRESS, "LLMD_PROBE_PORT")
 
 
-def in_group(environ: Mapping[str, str]) -> bool:
-    """The pod runs in a LeaderWorkerSet group: a restart would recreate the group."""
-    return any(name in environ for name in LWS_ENV)
-
-
 def heals_in_place(problem: Problem) -> bool:
     """Whether fixing it needs no new pod: a recipe file, the checkpoint, a port, the leader's DNS
     record can change under a running pod; what the container started with (its env, capabilities,
@@ -91,11 +85,10 @@ class Parking:
         record: Callable[[str, str], bool] | None = None,
     ) -> None:
         """scrub: the pod's secret values, hidden before a long problem is cut (Problem.shown).
-        record(reason, message): records each new reason as a Kubernetes Event (bounded, blocking: run
-        in a thread), so it outlives the group (run.py _event_recorder)."""
+        record(reason, message): records the reason as a Kubernetes Event, each once (bounded,
+        blocking: run in a thread), so it outlives the group (launcher/supervise/kube_event.py)."""
         self.health, self.log, self.bound, self.clock, self.scrub = health, log, bound, clock, scrub
         self.record = record
-        self.recorded: str | None = None  # the reason last handed to `record`
         self.attempts = 0
         self.began: float | None = None  # when it first parked
         self.logged: tuple[str, float] | None = None  # the reason last logged, and when
@@ -114,9 +107,10 @@ class Parking:
             Parked(reason, tuple(p.setting for p in error.problems), heals, parked.since if parked else now)
         )
         self.attempts += 1
-        if self.record is not None and reason != self.recorded:
-            self.recorded = reason
-            asyncio.get_running_loop().run_in_executor(None, self.record, BAD_INPUT.name, reason)
+        if self.record is not None:  # a reason already recorded is not posted again
+            asyncio.get_running_loop().run_in_executor(
+                None, self.record, EVENT_REASONS[BAD_INPUT.name], reason
+            )
         if self.logged is None or self.logged[0] != reason or now - self.logged[1] >= REMIND_EVERY:
             self.logged = (reason, now)
             self.log.error(
@@ -143,10 +137,8 @@ class Parking:
             event = await asyncio.wait_for(events.get(), timeout=max(0.0, wait))
         except asyncio.TimeoutError:
             return None
-        if isinstance(event, SignalReceived):  # its reason is an Event already: the pod is being deleted
-            return replace(
-                self.end(f"stopped by {signal_name(event.signum)}"), recorded=self.recorded is not None
-            )
+        if isinstance(event, SignalReceived):
+            return self.end(f"stopped by {signal_name(event.signum)}")
         return None
 
     def resume(self) -> None:
@@ -161,11 +153,12 @@ class Parking:
             )
 
     def end(self, how: str) -> Outcome:
-        """Exit 2, the problems first (the termination message keeps its head)."""
+        """Exit 2, the problems first (the termination message keeps its head); the Event recorded
+        when it parked is the same reason, so it is not recorded again."""
         parked = self.health.parked
         reason, heals = (parked.reason, parked.heals) if parked is not None else ("parked", "in place")
         seconds = self.clock() - (self.began or self.clock())
         self.health.unpark()
         return Outcome(
-            BAD_INPUT.number, f"{reason} (parked {seconds:.0f} s in an LWS group, heals {heals}; {how})"
+            BAD_INPUT.number, reason, detail=f"parked {seconds:.0f} s in an LWS group, heals {heals}; {how}"
         )

@@ -9,22 +9,20 @@ message says why, root cause first.
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
+import functools
 import os
-import sys
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from launcher import early
-from launcher.config.defaults import TERMINATION_LOG
 from launcher.contract.addresses import is_ip
 from launcher.contract.errors import ConfigError, Problem
-from launcher.contract.exits import INTERNAL_ERROR, STARTUP_DEADLINE, signal_name
+from launcher.contract.exits import STARTUP_DEADLINE, signal_name
+from launcher.contract.lws import in_group
 from launcher.contract.plan import Check, Plan, Probes
 from launcher.contract.redact import Scrubber, secret_values
-from launcher.stderr import say
-from launcher.supervise.outcome import TERMINATION_LIMIT, Outcome
+from launcher.supervise.outcome import Outcome
 
 if TYPE_CHECKING:
     import asyncio
@@ -34,9 +32,11 @@ if TYPE_CHECKING:
     from launcher.config.recipe import Recipe
     from launcher.config.settings import Settings
     from launcher.contract.log import Log
+    from launcher.parking import Parking
+    from launcher.supervise.ending import Ending
     from launcher.supervise.host import HostReport
     from launcher.supervise.logs import ChildOutput
-    from launcher.supervise.supervisor import Event, Supervisor
+    from launcher.supervise.supervisor import Event
 
 
 T = TypeVar("T")
@@ -51,21 +51,20 @@ class Inputs:
     plan: Plan
 
 
-def read_inputs(cli_settings: dict[str, Any], *, warn: bool = True) -> Inputs:
+def read_inputs(cli_settings: dict[str, Any], *, say: Callable[[Problem, str], None] | None = None) -> Inputs:
     """Settings, recipe and plan, or a ConfigError with every input mistake; read from the env and the
-    files each time (a parked pod reads them again). `warn`: also print unknown LLMD_* variables."""
+    files each time (a parked pod reads them again). `say`: also tell of unknown LLMD_* variables."""
+    from launcher.catalogs.shelf import load_shelf
     from launcher.config.recipe_file import load_recipe
     from launcher.config.settings import load_settings, unknown_env
     from roles import build_plan
     from roles.group import command_line_problems, port_problems
 
     settings = load_settings(**cli_settings)
-    if warn:
+    if say is not None:
         for problem in unknown_env(os.environ):
-            say(problem.line("warning"))
+            say(problem, "warning")
     recipe = load_recipe(settings.recipe_source, name_given="recipe" in settings.model_fields_set)
-    from launcher.catalogs.shelf import load_shelf
-
     plan = build_plan(settings, recipe, shelf=load_shelf(settings.catalog_dir))
     if problems := port_problems(plan) + command_line_problems(plan, os.environ):
         raise ConfigError(problems)
@@ -75,71 +74,42 @@ def read_inputs(cli_settings: dict[str, Any], *, warn: bool = True) -> Inputs:
 def run(cli_settings: dict[str, Any], *, exiting: bool = False) -> int:
     """exiting: the process ends as soon as this returns (the entry point's os._exit), so the event
     loop is left to the kernel instead of being torn down (_until_complete)."""
+    from launcher.config.settings import env_value
+    from launcher.supervise.ending import Ending
+
     early.install()  # already done by the entry point's first lines; again for in-process callers
     scrub = Scrubber(secret_values(os.environ))
-    termination_log = os.environ.get("LLMD_TERMINATION_LOG", TERMINATION_LOG)  # until the settings are valid
+    ending = Ending(scrub, lambda field: env_value(field, os.environ))  # until the settings are read
     output: ChildOutput | None = None
-    log: Log | None = None  # the launcher's log, once _supervise set it up
     try:
         # Every input mistake surfaces here, before the async machinery is even imported: a bad
         # flag costs a fraction of a second, not an engine start (in an LWS group the pod parks).
         first: Inputs | ConfigError
         try:
-            first = read_inputs(cli_settings)
+            first = read_inputs(cli_settings, say=ending.say)
         except ConfigError as exc:
             if not _parks():
                 raise
             first = exc
-        termination_log = _setting(first, "termination_log")
+        ending.setting = functools.partial(_setting, first)
         if isinstance(first, Inputs):  # secrets the plan adds (recipe env, LLMD_EXTRA_ENV) are hidden too
             scrub.learn(_plan_secrets(first.plan))
         output = _child_output(first, scrub)
-        outcome, log = _supervise(cli_settings, first, scrub, output, exiting=exiting)
+        outcome = _supervise(cli_settings, first, ending, output, exiting=exiting)
     except ConfigError as exc:
-        for problem in exc.problems:
-            say(problem.line(scrub=scrub))
-        outcome = Outcome(exc.exit_code, "; ".join(p.shown(scrub) for p in exc.problems))
+        outcome = ending.refused(exc)
     except Exception as exc:  # a bug or an environment failure, not a user mistake: say so, exit 1
-        import traceback
-
-        say(scrub(traceback.format_exc()).rstrip("\n"))
-        outcome = Outcome(INTERNAL_ERROR.number, INTERNAL_ERROR.says(error=f"{type(exc).__name__}: {exc}"))
-    if outcome.exit_code != 0:
-        message = scrub(outcome.termination_message())
-        write_termination_message(termination_log, message)
-        if not outcome.recorded:
-            with contextlib.suppress(Exception):  # best effort: it must never change the exit code
-                _record_end(outcome.code_name, message, scrub, log)
-    if log is not None:  # the launcher's last line (the runbook's log query looks for it)
-        (log.error if outcome.exit_code else log.info)(
-            "exiting", code=outcome.exit_code, reason=outcome.reason
-        )
+        outcome = ending.crashed(exc)
+    code = ending.finish(outcome)
     if output is not None:  # lines a slow reader has not taken yet: the process may end next
         output.drain()
-    return outcome.exit_code
-
-
-def _record_end(reason: str, message: str, scrub: Scrubber, log: Log | None) -> None:
-    """The reason the pod ends, as a Kubernetes Event on its LWS: a group recreation deletes the pod
-    and its termination message with it. Bounded by LLMD_EVENT_SECONDS."""
-    from launcher.config.settings import env_value
-
-    if env_value("event_seconds", os.environ) <= 0 or (log is None and sys.stderr is None):
-        return
-    if log is None:  # the input was refused before _supervise set up the log: one on stderr
-        from launcher.supervise.logs import configure
-
-        log = configure(False, scrub, sys.stderr)
-    record = _event_recorder(log)
-    if record is not None:
-        record(reason, message.split("\n", 1)[0])
+    return code
 
 
 def _parks() -> bool:
     """A failed input or preflight parks the pod (launcher/parking.py): in an LWS group, unless
     LLMD_PARK_SECONDS=0."""
     from launcher.config.settings import env_value
-    from launcher.parking import in_group
 
     return in_group(os.environ) and env_value("park_seconds", os.environ) > 0
 
@@ -157,7 +127,8 @@ def _plan_secrets(plan: Plan) -> list[str]:
 
 def _child_output(first: Inputs | ConfigError, scrub: Scrubber) -> ChildOutput:
     """The launcher's stdout and stderr, shared by its own log and its children's lines."""
-    from launcher.supervise.logs import ChildOutput, wants_json
+    from launcher.stderr import wants_json
+    from launcher.supervise.logs import ChildOutput
 
     return ChildOutput(wants_json(_setting(first, "log_format")), scrub)
 
@@ -165,24 +136,23 @@ def _child_output(first: Inputs | ConfigError, scrub: Scrubber) -> ChildOutput:
 def _supervise(
     cli_settings: dict[str, Any],
     first: Inputs | ConfigError,
-    scrub: Scrubber,
+    ending: Ending,
     output: ChildOutput,
     *,
     exiting: bool,
-) -> tuple[Outcome, Log]:
+) -> Outcome:
     from launcher.supervise.logs import configure
 
-    log = configure(output.as_json, scrub, output.stderr)
+    log = ending.log = configure(output.as_json, ending.scrub, output.stderr)
     if isinstance(first, Inputs):
         _log_notes(first.plan, log)
     try:
-        outcome = _until_complete(_run(cli_settings, first, log, output, scrub), exiting=exiting)
+        return _until_complete(_run(cli_settings, first, ending, output), exiting=exiting)
     except ConfigError as exc:
         log.error("preflight failed", problems=[str(p) for p in exc.problems])
         raise
     finally:
         early.install()  # closing the loop reset its handlers: the last lines must not die of a signal
-    return outcome, log  # run() logs "exiting" last, after the termination message and the Event
 
 
 def _until_complete(main: Coroutine[Any, Any, Outcome], *, exiting: bool) -> Outcome:
@@ -242,7 +212,7 @@ def _log_notes(plan: Plan, log: Log) -> None:
 
 
 async def _run(
-    cli_settings: dict[str, Any], first: Inputs | ConfigError, log: Log, output: ChildOutput, scrub: Scrubber
+    cli_settings: dict[str, Any], first: Inputs | ConfigError, ending: Ending, output: ChildOutput
 ) -> Outcome:
     """The phases: prepare (inputs, leader, preflight; parked until they pass), start the watchers,
     supervise, stop."""
@@ -254,6 +224,8 @@ async def _run(
     from launcher.supervise.spawn import SubprocessSpawner
     from launcher.supervise.supervisor import Supervisor, SupervisorConfig
 
+    log, scrub = ending.log, ending.scrub
+    assert log is not None
     output.attach(asyncio.get_running_loop())  # from now on a stalled log reader cannot block the loop
     events = _signal_events(log)
     # The probes answer from the first moment: a pod waiting for its leader is alive, not started.
@@ -262,7 +234,7 @@ async def _run(
     health.dropped_lines = lambda: output.dropped  # read at scrape time
     server = await _serve(health, _setting(first, "probe_host"), _setting(first, "probe_port"), scrub)
     try:
-        ready = await _until_prepared(cli_settings, first, log, health, events, scrub)
+        ready = await _until_prepared(cli_settings, first, ending, health, events)
         if isinstance(ready, Outcome):  # a signal, the start-up deadline or parking's bound came first
             return ready
         inputs, prepared = ready
@@ -281,53 +253,46 @@ async def _run(
             on_line=health.on_line,
             spawner=SubprocessSpawner(server.spared),
             on_stopping=server.publish_now,
+            before_weights=health.before_weights,
         )
         health.attach(supervisor)
         health.watchers = build_watchers(prepared, health, inputs.settings, log, parks=_parks())
         retry = inputs.settings.check_interval
         async with watching(health.watchers, supervisor.condemn, log, health.watcher_errors, retry):
             outcome = await supervisor.run()
-        if _parks() and (refused := _refused_configuration(supervisor, health)) is not None:
-            return await _park_refused(refused, outcome, log, health, events, scrub)
+        if outcome.refusal and _parks():
+            return await _park_refused(outcome, _parking(health, ending), events)
         return outcome
     finally:
         await server.stop()
         output.detach()
 
 
-def _refused_configuration(supervisor: Supervisor, health: PodHealth) -> str | None:
-    """The engine's configuration error, when it exited by itself, non-zero, before it finished
-    loading weights, with that error as its last output (launcher/supervise/refusal.py)."""
-    from launcher.contract.phases import INITIALIZING, PHASES
-    from launcher.contract.stop import Failed
-    from launcher.supervise.refusal import configuration_error
+def _parking(health: PodHealth, ending: Ending) -> Parking:
+    from launcher.config.settings import env_value
+    from launcher.parking import Parking
 
-    engine, stop = supervisor.engine, supervisor.stop
-    if not isinstance(stop, Failed) or engine.last_exit is None or engine.last_exit <= 0:
-        return None
-    if stop.output != tuple(engine.tail) or health.started_at is not None:
-        return None  # not the engine's own exit (a watcher's verdict, a sidecar), or after start-up
-    if PHASES.index(health.reached) >= PHASES.index(INITIALIZING):
-        return None  # it had loaded its weights: a crash, which a fresh group may not repeat
-    return configuration_error(engine.tail)
+    assert ending.log is not None
+    events = ending.events
+    return Parking(
+        health,
+        ending.log,
+        env_value("park_seconds", os.environ),
+        scrub=ending.scrub,
+        record=events.record if events is not None else None,
+    )
 
 
-async def _park_refused(
-    refused: str, outcome: Outcome, log: Log, health: PodHealth, events: asyncio.Queue[Event], scrub: Scrubber
-) -> Outcome:
+async def _park_refused(outcome: Outcome, parking: Parking, events: asyncio.Queue[Event]) -> Outcome:
     """Park on the engine's refusal (in a group, a restart recreates the group into the same error):
     alive, not started, the line as the reason, until a stop signal or LLMD_PARK_SECONDS; then exit 2
     with the engine's last lines after the reason."""
-    from launcher.config.settings import env_value
-    from launcher.parking import ENGINE_CONFIGURATION, Parking
+    from launcher.parking import ENGINE_CONFIGURATION
 
-    log.error("the engine refused its configuration before loading weights", code=outcome.exit_code)
-    parking = Parking(
-        health, log, env_value("park_seconds", os.environ), scrub=scrub, record=_event_recorder(log)
-    )
+    parking.log.error("the engine refused its configuration before loading weights", code=outcome.exit_code)
     refusal = ConfigError.one(
         ENGINE_CONFIGURATION,
-        f"the engine refused it ({outcome.reason}): {refused}",
+        f"the engine refused it ({outcome.reason}): {outcome.refusal}",
         "fix the flag or value it names (the pool's args in the recipe, or LLMD_EXTRA_ARGS); a rollout "
         "replaces the parked group",
     )
@@ -335,24 +300,6 @@ async def _park_refused(
         parking.park(refusal)
         if (ended := await parking.pause(events)) is not None:
             return replace(ended, output=outcome.output)
-
-
-def _event_recorder(log: Log) -> Callable[[str, str], bool] | None:
-    """Records a parked pod's reason as a Kubernetes Event (launcher/supervise/kube_event.py), or None
-    when LLMD_EVENT_SECONDS is 0."""
-    from launcher.config.settings import env_value
-
-    seconds = env_value("event_seconds", os.environ)
-    if seconds <= 0:
-        return None
-    account_dir = env_value("service_account_dir", os.environ)
-
-    def record(reason: str, message: str) -> bool:
-        from launcher.supervise.kube_event import record_event
-
-        return record_event(reason, message, log, seconds=seconds, account_dir=account_dir)
-
-    return record
 
 
 def _build_info(inputs: Inputs) -> BuildInfo:
@@ -395,22 +342,17 @@ def _identity() -> str:
 async def _until_prepared(
     cli_settings: dict[str, Any],
     attempt: Inputs | ConfigError,
-    log: Log,
+    ending: Ending,
     health: PodHealth,
     events: asyncio.Queue[Event],
-    scrub: Scrubber,
 ) -> tuple[Inputs, Plan] | Outcome:
     """The inputs read and every preflight check passed. In an LWS group a failure parks the pod
     (launcher/parking.py) and both are tried again from the files, until they pass, parking's bound
     runs out, or a stop signal comes."""
-    from launcher.config.settings import env_value
-    from launcher.parking import Parking
-
-    parking = (
-        Parking(health, log, env_value("park_seconds", os.environ), scrub=scrub, record=_event_recorder(log))
-        if _parks()
-        else None
-    )
+    log = ending.log
+    assert log is not None
+    parking = _parking(health, ending) if _parks() else None
+    warned: set[str] = set()  # preflight's warnings, said once however often it runs
     while True:
         if isinstance(attempt, Inputs):
             if parking is not None:
@@ -418,9 +360,7 @@ async def _until_prepared(
             health.use_plan(attempt.plan.probes)
             health.build = _build_info(attempt)
             try:
-                prepared = await _prepare_in_time(
-                    attempt.settings, attempt.recipe, attempt.plan, log, health, events
-                )
+                prepared = await _prepare_in_time(attempt, log, health, events, warned)
             except ConfigError as exc:
                 if parking is None:
                     raise
@@ -433,7 +373,7 @@ async def _until_prepared(
         parking.park(attempt)
         if (ended := await parking.pause(events)) is not None:
             return ended
-        attempt = _read_again(cli_settings, log, scrub)
+        attempt = _read_again(cli_settings, log, ending.scrub)
 
 
 def _read_again(cli_settings: dict[str, Any], log: Log, scrub: Scrubber) -> Inputs | ConfigError:
@@ -441,7 +381,7 @@ def _read_again(cli_settings: dict[str, Any], log: Log, scrub: Scrubber) -> Inpu
 
     read_recipe.cache_clear()  # the file may have changed: that is what a parked pod waits for
     try:
-        inputs = read_inputs(cli_settings, warn=False)
+        inputs = read_inputs(cli_settings)
     except ConfigError as exc:
         return exc
     scrub.learn(_plan_secrets(inputs.plan))
@@ -481,7 +421,7 @@ def _freeze_heap() -> None:
 
 
 async def _prepare_in_time(
-    settings: Settings, recipe: Recipe, plan: Plan, log: Log, health: PodHealth, events: asyncio.Queue[Event]
+    inputs: Inputs, log: Log, health: PodHealth, events: asyncio.Queue[Event], warned: set[str]
 ) -> Plan | Outcome:
     """The prepared plan; or, when a stop signal or the start-up deadline comes first, how the pod
     ended (nothing was started)."""
@@ -491,7 +431,7 @@ async def _prepare_in_time(
     from launcher.supervise.supervisor import SignalReceived
 
     stage = ["building the plan"]
-    prepare = asyncio.create_task(_prepare(settings, recipe, plan, log, stage, health))
+    prepare = asyncio.create_task(_prepare(inputs, log, stage, health, warned))
     first_signal = asyncio.create_task(events.get())
     startup = health.probes.startup_seconds
     await asyncio.wait(
@@ -520,9 +460,7 @@ async def _prepare_in_time(
     return prepare.result()  # raises ConfigError
 
 
-async def _prepare(
-    settings: Settings, recipe: Recipe, plan: Plan, log: Log, stage: list[str], health: PodHealth
-) -> Plan:
+async def _prepare(inputs: Inputs, log: Log, stage: list[str], health: PodHealth, warned: set[str]) -> Plan:
     """The plan as the pod will run it: what only the pod knows filled in (roles.build_plan with
     FoundInPod: the leader's IP, the interface that holds POD_IP), every check passed."""
     import asyncio
@@ -533,6 +471,7 @@ async def _prepare(
     from launcher.supervise.preflight import resolve_leader, run_preflight
     from roles import FoundInPod, build_plan
 
+    settings, recipe, plan = inputs.settings, inputs.recipe, inputs.plan
     # The flag catalogue follows the engine installed: its version, asked without importing it.
     found = FoundInPod(engine_version=await asyncio.to_thread(installed_version, plan, settings.bin_path))
     shelf = load_shelf(settings.catalog_dir)
@@ -558,6 +497,7 @@ async def _prepare(
         store_master_wait_seconds=settings.store_master_wait_seconds,
         pod_ip=settings.pod_ip,
         pod_name=settings.pod_name,
+        warned=warned,
     )
     if host.ifname or host.rdma:
         found = replace(found, interface=host.ifname, rdma=host.rdma)
@@ -592,19 +532,3 @@ def _unknown(name: str) -> Problem:
         "LWS_LEADER_ADDRESS": "run the pod under a LeaderWorkerSet, or set it to the leader's DNS name or IP",
     }
     return Problem(name, "is not set but the plan needs it", fixes.get(name, "set it"))
-
-
-def write_termination_message(path: str, message: str) -> None:
-    """Kubernetes shows this file as the container's last state. The head carries the root cause, so
-    the message is cut at the end, never at the start. Not writable (e.g. outside a pod, a FIFO
-    no one reads), or a relative path (refused by the settings, and never meant to land in the
-    working directory): skipped."""
-    if not os.path.isabs(path):
-        return
-    data = message.encode("utf-8")[:TERMINATION_LIMIT].decode("utf-8", errors="ignore")
-    try:  # non-blocking: a FIFO no one reads refuses at once (ENXIO, fifo(7)) instead of a hang at exit
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NONBLOCK, 0o666)
-        with open(fd, "w", encoding="utf-8") as handle:
-            handle.write(data)
-    except OSError:
-        pass

@@ -54,12 +54,12 @@ def settings_md() -> str:
 
 
 def exit_codes_md() -> str:
-    from launcher.contract.exits import EXIT_CODES
+    from launcher.contract.exits import EVENT_REASONS, EXIT_CODES
 
     rows: list[tuple[object, ...]] = [
         (
             f"`{e.code}`" if e.code[0].isdigit() else e.code,
-            f"`{e.name}`",
+            f"`{e.name}` (Event reason `{EVENT_REASONS[e.name]}`)",
             e.meaning,
             f'"{re.sub(r"[{][^}]*[}]", "…", e.reason)}"' if e.reason else "",
             e.in_group,
@@ -72,7 +72,8 @@ def exit_codes_md() -> str:
         + "\n# Exit codes of `llm-d-launcher run`\n\n"
         + "The same table is printed by `llm-d-launcher run --help`. On a non-zero exit the reason\n"
         + "goes to the termination message (`LLMD_TERMINATION_LOG`, `kubectl describe pod`), root cause\n"
-        + "first; for the codes the launcher chooses it begins with the words shown.\n\n"
+        + "first; for the codes the launcher chooses it begins with the words shown. In an LWS group the\n"
+        + "same first line is recorded as a Kubernetes Event on the LWS, its reason the one shown.\n\n"
         + "Under LeaderWorkerSet's `RecreateGroupOnPodRestart` (its default) any exit restarts the\n"
         + "container and LWS recreates the whole group: 2-4 pods reload their weights. So a pod of a\n"
         + "group (LWS env present) exits only where a fresh group is the fix; where it is not (bad\n"

@@ -35,14 +35,15 @@ def install(path: str) -> None:
     reap, sweep, run = Supervisor._reap, Supervisor._sweep, Supervisor.run
     stop, run_command, real_exit = healthchecks.server.ProbeServer.stop, launcher.run.run, os._exit
 
-    def traced_reap(self: Supervisor) -> None:
+    def traced_reap(self: Supervisor) -> bool:
         now = time.monotonic()
         engine_was_running = self.engine.running
-        reap(self)
+        reaped = reap(self)
         if engine_was_running and not self.engine.running:
             seen.setdefault(REAPED, now)
         if REAPED in seen and not any(s.running for s in self.processes):
             seen.setdefault(ALL_REAPED, now)
+        return bool(reaped)  # an older tree's _reap returns None
 
     async def traced_sweep(self: Supervisor, *args: Any, **kwargs: Any) -> None:
         await sweep(self, *args, **kwargs)

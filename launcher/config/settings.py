@@ -13,6 +13,7 @@ config file and docs).
 
 from __future__ import annotations
 
+import copy
 import math
 import os
 import posixpath
@@ -164,7 +165,7 @@ class Settings(BaseSettings):
     )
     node_name: str | None = pod_setting("NODE_NAME", "the pod's node (downward API, spec.nodeName)")
     lws_name: str | None = pod_setting(
-        "LWS_NAME",
+        lws.LWS_NAME,
         "the pod's LeaderWorkerSet (downward API, the label leaderworkerset.sigs.k8s.io/name): the "
         "Kubernetes Event saying why the pod ended or parked is recorded on it; unset: no Event",
     )
@@ -312,6 +313,14 @@ class Settings(BaseSettings):
         "where the pod's ServiceAccount token and the API server's CA are mounted (the Event's "
         "credentials; the token is never logged); nothing there: no Event",
         fix="give an absolute directory (default {default})",
+        section="run",
+        launcher_key=False,
+    )
+    event_system_ca: bool = setting(
+        False,
+        "with no ca.crt in the ServiceAccount mount, send the Event (and the pod's token) to an API server "
+        "the system trust store vouches for, as client-go does; off: no Event without the cluster's CA",
+        fix="use true or false",
         section="run",
         launcher_key=False,
     )
@@ -682,7 +691,10 @@ def env_value(field: str, environ: Mapping[str, str]) -> Any:
     if raw is None:
         return info.default
     try:
-        adapter: TypeAdapter[Any] = TypeAdapter(Annotated[info.annotation, info])  # type: ignore[arg-type]
+        # The field's type and bounds; a pod setting's alias means nothing to a lone value (pydantic warns).
+        field_info = copy.copy(info)
+        field_info.validation_alias = None
+        adapter: TypeAdapter[Any] = TypeAdapter(Annotated[info.annotation, field_info])  # type: ignore[arg-type]
         return adapter.validate_python(raw)
     except ValidationError:
         return info.default

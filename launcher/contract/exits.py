@@ -140,6 +140,11 @@ EXIT_CODES = (
     NOT_RUNNABLE,
 )
 
+# The reason of the Kubernetes Event a pod's end records (launcher/supervise/kube_event.py), one per
+# row: short UpperCamelCase, as the kubelet keeps its own (kubernetes/kubernetes pkg/kubelet/events/
+# event.go: BackOff, Failed, ...), derived from the row's name (bad-input -> BadInput).
+EVENT_REASONS = {row.name: "".join(part.capitalize() for part in row.name.split("-")) for row in EXIT_CODES}
+
 
 def code_name(code: int) -> str:
     """The name of a row for a code alone (a code the launcher chose, 126/127, 128+N), else the

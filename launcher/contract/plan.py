@@ -174,11 +174,22 @@ class PhasePattern:
 
 
 @record
+class RefusalShapes:
+    """What in an engine's last output, besides Python's own argparse and exception lines, says it
+    refused its configuration (launcher/supervise/refusal.py): regexes, from its EngineFamily."""
+
+    line_prefix: str  # what its worker processes put before each line; "" none
+    config_modules: str  # the paths of its config-check modules: an AssertionError raised there counts
+
+
+@record
 class StartupOutput:
-    """How the engine's own output says which start-up phase it is in (healthchecks/progress.py)."""
+    """How the engine's own output says which start-up phase it is in (healthchecks/progress.py), and
+    how its last words say it refused its configuration."""
 
     engine: str  # whose output it is: named by the dry-run
     phases: tuple[PhasePattern, ...]
+    refusal: RefusalShapes | None = None
 
 
 @record

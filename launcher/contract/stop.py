@@ -52,6 +52,9 @@ class Failed:
     output: tuple[str, ...] = ()  # the failing process's last lines
     engine: EngineStop = EngineStop.DRAIN
     name: str = ""  # its exit-code row's name, where the code alone does not tell (exits.code_name)
+    # The engine refused its configuration: it exited by itself, non-zero, before loading weights,
+    # its last output one of its refusal shapes (launcher/supervise/refusal.py); that line, else "".
+    refusal: str = ""
 
     @classmethod
     def of(cls, verdict: Verdict) -> Failed:

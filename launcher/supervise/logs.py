@@ -19,13 +19,11 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, MutableMapping
-from datetime import datetime, timezone
-from typing import IO, Any, Protocol, TextIO
+from typing import IO, Any, Protocol
 
-from launcher.contract.redact import REDACTED, Scrubber, is_secret_name, redact_env
+from launcher.contract.redact import REDACTED, Scrubber, is_secret_name
+from launcher.stderr import LAUNCHER, json_head
 from launcher.supervise.severity import launcher_severity, severity_of
-
-LAUNCHER = "llm-d-launcher"  # the `process` of the launcher's own lines
 
 
 @contextlib.contextmanager
@@ -47,24 +45,20 @@ with _rich_hidden():  # the one load-time import of structlog (tests/unit/superv
     import structlog
 
 
-def wants_json(log_format: str, stream: TextIO | None = None) -> bool:
-    """auto: JSON where a machine reads the logs (a pod), console text on a terminal."""
-    if log_format == "auto":
-        return not (stream or sys.stderr).isatty()
-    return log_format == "json"
-
-
 def configure(as_json: bool, scrub: Scrubber, stream: IO[str] | FdWriter) -> structlog.stdlib.BoundLogger:
+    def clean(value: Any) -> Any:
+        """Secrets hidden at any depth (by value, and by name in a mapping); a tuple as a JSON list."""
+        if isinstance(value, str):
+            return scrub(value)
+        if isinstance(value, dict):
+            return {str(k): REDACTED if is_secret_name(str(k)) else clean(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [clean(v) for v in value]
+        return value
+
     def redact(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMapping[str, Any]:
         for key, value in event.items():
-            if is_secret_name(key):
-                event[key] = REDACTED
-            elif isinstance(value, dict):
-                event[key] = redact_env({str(k): str(v) for k, v in value.items()})
-            elif isinstance(value, str):
-                event[key] = scrub(value)
-            elif isinstance(value, (list, tuple)):
-                event[key] = [scrub(v) if isinstance(v, str) else v for v in value]
+            event[key] = REDACTED if is_secret_name(key) else clean(value)
         return event
 
     renderer: list[Any] = (
@@ -96,15 +90,9 @@ def to_schema(_: Any, __: str, event: MutableMapping[str, Any]) -> MutableMappin
     for key, renamed in _RENAMED.items():
         if key in event:
             event[renamed] = event.pop(key)
-    head = record(LAUNCHER, launcher_severity(event.pop("level", "")), str(event.pop("event", "")))
+    head = json_head(LAUNCHER, launcher_severity(event.pop("level", "")), str(event.pop("event", "")))
     head["timestamp"] = event.pop("timestamp", head["timestamp"])
     return head | dict(event)
-
-
-def record(process: str, severity: str, message: str) -> dict[str, Any]:
-    """The head of every JSON line, in this order."""
-    stamp = datetime.now(timezone.utc).isoformat()
-    return {"timestamp": stamp, "severity": severity, "process": process, "message": message}
 
 
 QUEUE_LIMIT = 1 << 20  # bytes of output held per stream while its reader is slow
@@ -226,14 +214,14 @@ class ChildOutput:
     def _notice(self, count: int) -> str:
         event = f"{count} lines dropped: the reader of the launcher's output was too slow"
         if self.as_json:
-            return json.dumps(record(LAUNCHER, "WARNING", event)) + "\n"
+            return json.dumps(json_head(LAUNCHER, "WARNING", event)) + "\n"
         return f"{LAUNCHER} | {event}\n"
 
     def line(self, process: str, stream: str, text: str) -> str:
         text = self.scrub(text)
         out = self.stderr if stream == "stderr" else self.stdout
         if self.as_json:
-            line = record(process, severity_of(text), text) | {"stream": stream}
+            line = json_head(process, severity_of(text), text) | {"stream": stream}
             out.write(json.dumps(line, ensure_ascii=False) + "\n")
         else:
             out.write(f"{process} | {text}\n")
@@ -256,6 +244,11 @@ class OutputOwner(Protocol):
 _LINE_END = re.compile(rb"\r?\n|\r")
 
 
+class Continued(str):
+    """A later piece of a line longer than MAX_LINE, in a tail: it continues the entry before it (an
+    engine's refusal is recognised on the whole line, launcher/supervise/refusal.py)."""
+
+
 class LineReader:
     """Splits one child pipe into lines and hands each to the output, keeping a short tail."""
 
@@ -270,6 +263,7 @@ class LineReader:
         self.state, self.stream, self.pipe, self.output, self.on_line = state, stream, pipe, output, on_line
         self.fd = pipe.fileno()
         self.buffer = b""
+        self.cut = False  # the last piece emitted was cut from a line that goes on
 
     def read(self) -> bool | None:
         """One non-blocking read: True if data came, None if none is waiting, False at end of file."""
@@ -287,20 +281,24 @@ class LineReader:
         for line in lines:
             if line:
                 self._emit(line)
+            self.cut = False
         scrub = self.output.scrub
         while len(self.buffer) > MAX_LINE + scrub.longest:  # a secret across the cut is kept whole
             cut = scrub.cut(self.buffer, MAX_LINE)
             self._emit(self.buffer[:cut])
             self.buffer = self.buffer[cut:]
+            self.cut = True
         return True
 
     def flush(self) -> None:
         if self.buffer:
             self._emit(self.buffer)
             self.buffer = b""
+        self.cut = False
 
     def _emit(self, raw: bytes) -> None:
         text = raw.decode("utf-8", errors="replace").rstrip("\r")
-        self.state.tail.append(self.output.line(self.state.name, self.stream, text))
+        shown = self.output.line(self.state.name, self.stream, text)
+        self.state.tail.append(Continued(shown) if self.cut else shown)
         if self.on_line is not None:
             self.on_line(self.state.name, text)

@@ -7,7 +7,14 @@ import signal
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from launcher.contract.exits import ENGINE_OWN, SIGNALLED, code_name, describe_exit, exit_code_of
+from launcher.contract.exits import (
+    ENGINE_OWN,
+    EVENT_REASONS,
+    SIGNALLED,
+    code_name,
+    describe_exit,
+    exit_code_of,
+)
 from launcher.contract.stop import Failed, StopRequested, StopState
 
 TERMINATION_LIMIT = 4096  # bytes the kubelet keeps of /dev/termination-log
@@ -21,16 +28,27 @@ class Outcome:
     reason: str
     output: list[str] = field(default_factory=list)  # the failing process's last lines
     name: str = ""  # the exit-code row's name, where the code alone does not tell (exits.code_name)
-    recorded: bool = False  # its reason is already a Kubernetes Event (a parked pod's, when it parked)
+    # How it came to end, after the cause (a parked pod's "parked 30 s ...; stopped by SIGTERM"): in
+    # the termination message and the last line, not in the Event, which records the cause once.
+    detail: str = ""
+    refusal: str = ""  # the engine refused its configuration (contract/stop.py Failed.refusal)
 
     @property
     def code_name(self) -> str:
         return self.name or code_name(self.exit_code)
 
+    @property
+    def event_reason(self) -> str:
+        return EVENT_REASONS[self.code_name]
+
+    @property
+    def head(self) -> str:
+        return f"{self.reason} ({self.detail})" if self.detail else self.reason
+
     def termination_message(self, limit: int = TERMINATION_LIMIT) -> str:
         """The reason first, then as many of the NEWEST output lines as fit (a traceback's last
         line is the one that names the error), with a marker where older lines were left out."""
-        head = self.reason
+        head = self.head
         if not self.output:
             return head
         budget = limit - len(head.encode()) - len("\nlast output:\n…\n".encode())
@@ -52,7 +70,7 @@ def final_outcome(
     clean exit, also for a main process that simply died of the SIGTERM we forwarded (mooncake_client
     does); an engine that failed while stopping gives its own code."""
     if isinstance(stop, Failed):
-        return Outcome(stop.exit_code, stop.reason, list(stop.output), stop.name)
+        return Outcome(stop.exit_code, stop.reason, list(stop.output), stop.name, refusal=stop.refusal)
     reason = stop.reason if isinstance(stop, StopRequested) else "stopped"
     if engine_exit in (None, 0, -signal.SIGTERM):
         return Outcome(0, reason)

@@ -470,10 +470,19 @@ async def run_preflight(
     store_master_wait_seconds: float = 0.0,
     pod_ip: str | None = None,
     pod_name: str | None = None,
+    warned: set[str] | None = None,
 ) -> HostReport:
     """All local checks; every problem found is reported at once. Returns what the host checks found
     (the interface that holds POD_IP, the RDMA ports, the installed engine) for run to fill in. The
-    KV store's master is waited for last, once everything local passed."""
+    KV store's master is waited for last, once everything local passed. `warned`: the warnings said
+    by earlier runs (a parked pod's re-checks), not said again."""
+    warned = set() if warned is None else warned
+
+    def warn(problem: Problem) -> None:
+        if str(problem) not in warned:
+            warned.add(str(problem))
+            log.warning("preflight warning", problem=str(problem))
+
     from launcher.supervise.host import check_host
 
     problems: list[Problem] = []
@@ -487,7 +496,7 @@ async def run_preflight(
     problems += await _bounded("shm shared across pods", check_shm_private, plan, shm_dir, pod_ip)
     host = await _bounded("host", check_host, plan, bin_path, sysfs_root)
     for warning in host.warnings:
-        log.warning("preflight warning", problem=str(warning))
+        warn(warning)
     problems += host.problems
     if problems:
         raise ConfigError(problems)
@@ -496,7 +505,7 @@ async def run_preflight(
         wait = store_master_wait_seconds
         problem = await wait_for_store_master(plan.needs.store_master, wait, log, once=advisory)
         if problem is not None and advisory:
-            log.warning("preflight warning", problem=str(problem))
+            warn(problem)
         elif problem is not None:
             raise ConfigError([problem])
     if shm_dir:

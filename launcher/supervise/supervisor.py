@@ -49,6 +49,7 @@ from launcher.contract.redact import redact_argv
 from launcher.contract.stop import RUNNING, EngineStop, Failed, StopRequested, StopState, Verdict
 from launcher.supervise.logs import TAIL_LINES, ChildOutput, LineReader
 from launcher.supervise.outcome import Outcome, final_outcome
+from launcher.supervise.refusal import configuration_error
 from launcher.supervise.spawn import Spawner, SubprocessSpawner, search_path
 
 if TYPE_CHECKING:
@@ -159,9 +160,12 @@ class Supervisor:
         on_line: Callable[[str, str], None] | None = None,
         spawner: Spawner | None = None,
         on_stopping: Callable[[], None] | None = None,
+        before_weights: Callable[[], bool] = lambda: False,
     ) -> None:
         """on_line(process name, line): sees every output line (start-up progress is read from it).
         on_stopping(): the stop has begun (the probes publish "not ready" at once, not at their next look).
+        before_weights(): the engine has not begun loading its weights (PodHealth.before_weights):
+        only then is an exit with a refusal's last words a refused configuration, not a crash.
         clock must tick with the event loop's timers (loop.time does; time.monotonic is the default)."""
         self.plan = plan
         self.config = config
@@ -173,6 +177,7 @@ class Supervisor:
         self.processes = [ProcessState(spec) for spec in plan.processes]
         self.on_line = on_line
         self.on_stopping = on_stopping
+        self.before_weights = before_weights
         self.stop: StopState = RUNNING  # the probes report not ready from the first moment of a stop
         self._by_pid: dict[int, ProcessState] = {}
         self._groups: set[int] = set()  # every process group we created
@@ -193,7 +198,7 @@ class Supervisor:
         return self.stop != RUNNING
 
     async def run(self) -> Outcome:
-        unwatch = self.spawner.watch(self._reap)
+        unwatch = self.spawner.watch(self._on_sigchld)
         recording: asyncio.Task[None] | None = None
         try:
             write_files(self.plan.files)
@@ -287,11 +292,19 @@ class Supervisor:
                     exit_code_of(code),
                     tuple(state.tail),
                     name=own(code),
+                    refusal=self._refusal(state, code),
                 )
             state.become(Lifecycle.FATAL)
             self._begin_shutdown(failed)
             return
         self._schedule_restart(state, code)
+
+    def _refusal(self, state: ProcessState, code: int) -> str:
+        """The engine's refused configuration, when this exit is one (launcher/supervise/refusal.py)."""
+        if state is not self.engine or code <= 0 or not self.before_weights():
+            return ""
+        progress = self.plan.probes.progress
+        return configuration_error(state.tail, progress.refusal if progress else None) or ""
 
     def _schedule_restart(self, state: ProcessState, code: int) -> None:
         now = self.clock()
@@ -390,15 +403,20 @@ class Supervisor:
             self._close_reader(reader)
 
     # ------------------------------------------------------------------ reaping
-    def _reap(self) -> None:
-        """The one place children are reaped: ours and orphans re-parented to us."""
-        for pid, code in self.spawner.reap():
+    def _on_sigchld(self) -> None:
+        self._reap()
+
+    def _reap(self) -> bool:
+        """The one place children are reaped: ours and orphans re-parented to us. True if any was."""
+        exited = self.spawner.reap()
+        for pid, code in exited:
             state = self._by_pid.get(pid)
             if state is not None:  # bookkeeping now, so a waiting shutdown sees it at once
                 state.running, state.last_exit = False, code
                 state.exited.set()
             self.events.put_nowait(ChildExited(pid, code))
         self._quiet.set()
+        return bool(exited)
 
     # ------------------------------------------------------------------ shutdown
     def _begin_shutdown(self, stop: StopRequested | Failed) -> None:
@@ -493,8 +511,9 @@ class Supervisor:
         """Until every process of the plan and every descendant (orphans included) has exited."""
         while True:
             self._reap()  # collect zombies now: a pending SIGCHLD must not outlive us
-            if not any(s.running for s in self.processes) and not self._descendants():
-                self._reap()  # one that died between the two calls above is a zombie of ours now
+            # One that exited during the listing is a zombie of ours now, reaped here, and the
+            # successor it may have forked meanwhile was not listed (a re-forking stray): look again.
+            if not any(s.running for s in self.processes) and not self._descendants() and not self._reap():
                 return True
             remaining = deadline - self.clock()
             if remaining <= 0:

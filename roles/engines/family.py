@@ -17,6 +17,7 @@ from launcher.contract.plan import (
     PhasePattern,
     Plan,
     RdmaNeed,
+    RefusalShapes,
     StartupOutput,
     StepWatch,
     StoreMaster,
@@ -116,6 +117,7 @@ class EngineFamily(Generic[P]):
     api_key_env: str | None = None
     served_metrics: tuple[str, ...] = ()  # its /metrics families that grow with requests served
     startup_phases: tuple[PhaseLines, ...] = ()  # output lines that announce a start-up phase, by release
+    refusal: RefusalShapes | None = None  # how its last output says it refused its configuration
     ready_timeout_env: str | None = None  # its own start-up timeout, raised to the launcher's deadline
     shm_segments: tuple[str, ...] = ()  # regexes of the /dev/shm files it leaves behind when it crashes
     # Why pods of one group must not share /dev/shm unless they share the network (None: no such trap).
@@ -132,4 +134,4 @@ class EngineFamily(Generic[P]):
         if not self.startup_phases:
             return None
         lines = self.phase_lines(version) or self.startup_phases[-1]
-        return StartupOutput(self.name, lines.patterns)
+        return StartupOutput(self.name, lines.patterns, self.refusal)

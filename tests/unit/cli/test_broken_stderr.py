@@ -56,3 +56,22 @@ def test_a_bad_input_exits_2_whatever_stderr_is(tmp_path: Path, kind: str, comma
     assert done.stdout == b""  # no error line lands in the plan or the log stream instead
     if command == "run":
         assert termination.read_text().startswith("LLMD_GRACE_SECONDS: input should be a valid integer")
+
+
+@pytest.mark.parametrize(
+    "command", ["recipes schema", "recipes list", "recipes show pd-disaggregation", "version", "run --help"]
+)
+def test_a_reader_that_stops_early_ends_no_printing_command_in_a_traceback(command: str) -> None:
+    """Issue #40.7: `llm-d-launcher recipes schema | head` ended in a BrokenPipeError traceback. The
+    reader here is gone before a byte is written: each write, and the last flush, meet EPIPE."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "launcher", *command.split()],
+            stdout=write, stderr=subprocess.PIPE, cwd=ROOT, timeout=60, check=False,
+        )  # fmt: skip
+    finally:
+        os.close(write)
+    assert b"Traceback" not in done.stderr and b"BrokenPipeError" not in done.stderr, done.stderr.decode()
+    assert done.returncode != 0 or command.endswith("--help")  # argparse ignores a failed help write

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import io
-import os
-from collections import deque
 from pathlib import Path
 
 import pytest
 
 from launcher.contract.redact import REDACTED, Scrubber, secret_values
-from launcher.supervise.logs import MAX_LINE, ChildOutput, LineReader
+from launcher.supervise.logs import MAX_LINE, ChildOutput
 from tests.conftest import Run
+from tests.unit.supervise.line_reader import read_through
 
 SECRET = "hf_s3cr3tV4lue0123456789"
 HEAD = "name: x\nmodel: {path: m}\ndefault_pool: p\npools: {p: {kind: vllm}}\n"
@@ -102,36 +101,14 @@ def test_a_multi_line_secret_is_scrubbed_line_by_line() -> None:
     assert REDACTED in scrub(key) and "MIIE" not in scrub(key)
 
 
-class _Owner:
-    name = "engine"
-
-    def __init__(self) -> None:
-        self.tail: deque[str] = deque(maxlen=40)
-
-
 @pytest.mark.parametrize("offset", [-5, -1, 0, 1])
 def test_a_secret_across_the_piece_boundary_of_a_long_line_is_scrubbed(
     offset: int, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setattr("sys.stdout", io.StringIO())
     data = b"x" * (MAX_LINE + offset - len(SECRET) // 2) + SECRET.encode() + b"y" * 100_000 + b"\n"
-    read, write = os.pipe()
-    os.set_blocking(read, False)
-    owner = _Owner()
-    pipe = open(read, "rb", buffering=0)  # noqa: SIM115 - closed below
-    reader = LineReader(owner, "stderr", pipe, ChildOutput(False, Scrubber([SECRET])), None)
-    view = memoryview(data)
-    while view:
-        sent = os.write(write, view[:65536])
-        view = view[sent:]
-        while reader.read():
-            pass
-    os.close(write)
-    while reader.read() is not False:
-        pass
-    reader.flush()
-    pipe.close()
-    shown = "".join(owner.tail)
+    tail = read_through(data, ChildOutput(False, Scrubber([SECRET])))
+    shown = "".join(tail)
     halves = SECRET[: len(SECRET) // 2], SECRET[len(SECRET) // 2 :]
     assert shown.count(REDACTED) == 1 and not any(h in shown for h in halves), "secret not scrubbed"
     expected = "x" * (MAX_LINE + offset - len(SECRET) // 2) + "y" * 100_000

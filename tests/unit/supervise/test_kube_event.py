@@ -9,13 +9,17 @@ import json
 import socket
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 
-from launcher.supervise.kube_event import record_event
+from launcher.config.settings import env_value
+from launcher.contract.exits import EVENT_REASONS, EXIT_CODES
+from launcher.supervise import kube_post
+from launcher.supervise.kube_event import EventRecorder, EventSettings
 from tests.kube_api import EventsApi, make_certificates, serve_events_api
 from tests.unit.supervise.test_supervisor import RecordingLog
 
@@ -27,10 +31,14 @@ def api(tmp_path: Path) -> Iterator[EventsApi]:
     yield from serve_events_api(tmp_path)
 
 
+def _recorder(environ: dict[str, str], log: RecordingLog, seconds: float = 2.0) -> EventRecorder:
+    """Its settings as `run` reads them (launcher/config/settings.py), from this env."""
+    settings = EventSettings.read(lambda field: env_value(field, environ))
+    return EventRecorder(replace(settings, seconds=seconds), log, environ)
+
+
 def _record(api: EventsApi, environ: dict[str, str], log: RecordingLog, seconds: float = 2.0) -> bool:
-    return record_event(
-        "bad-input", MESSAGE, log, seconds=seconds, account_dir=str(api.account_dir), environ=environ
-    )
+    return _recorder(environ, log, seconds).record("BadInput", MESSAGE)
 
 
 def test_the_event_is_posted_on_the_lws_with_the_pods_own_token(api: EventsApi) -> None:
@@ -48,7 +56,7 @@ def test_the_event_is_posted_on_the_lws_with_the_pods_own_token(api: EventsApi) 
         "name": "kimi-decode",
         "namespace": "llm-d",
     }
-    assert body["reason"] == "bad-input" and body["type"] == "Warning"
+    assert body["reason"] == "BadInput" and body["type"] == "Warning"
     assert body["message"] == f"pod kimi-decode-0: {MESSAGE}"
     assert body["source"] == {"component": "llm-d-launcher"}
     assert (body["reportingComponent"], body["reportingInstance"]) == ("llm-d-launcher", "kimi-decode-0")
@@ -66,10 +74,9 @@ def test_the_event_is_posted_on_the_lws_with_the_pods_own_token(api: EventsApi) 
 
 
 def test_only_the_first_line_is_sent_and_a_long_one_is_cut(api: EventsApi) -> None:
-    assert record_event(
-        "engine-exit", "x" * 5000 + "\nlast output:\nsecret stuff", RecordingLog(), seconds=2,
-        account_dir=str(api.account_dir), environ=api.env(),
-    )  # fmt: skip
+    assert _recorder(api.env(), RecordingLog()).record(
+        "EngineExit", "x" * 5000 + "\nlast output:\nsecret stuff"
+    )
     message = api.seen[0].body["message"]
     assert "last output" not in message and len(message.encode()) == 1024
 
@@ -149,3 +156,50 @@ def test_llmd_event_seconds_0_records_nothing(api: EventsApi) -> None:
     log: Any = RecordingLog()
     assert _record(api, api.env(), log, seconds=0) is False
     assert log.records == [] and api.seen == []
+
+
+def test_a_reason_is_recorded_once_as_client_gos_recorder_would(api: EventsApi) -> None:
+    recorder = _recorder(api.env(), RecordingLog())
+    assert recorder.record("BadInput", MESSAGE) is True
+    assert recorder.record("BadInput", MESSAGE + "\nanother last line") is False  # the same first line
+    assert recorder.record("EngineExit", MESSAGE) is True
+    assert [seen.body["reason"] for seen in api.seen] == ["BadInput", "EngineExit"]
+
+
+def test_a_token_of_two_lines_is_refused_without_a_request_and_never_shown(api: EventsApi) -> None:
+    (api.account_dir / "token").write_text("first-half\r\nsecond-half")
+    log = RecordingLog()
+    assert _record(api, api.env(), log) is False
+    (said,) = log.records
+    assert said[1] == "no Kubernetes Event recorded" and "not one header-safe line" in said[2]["why"]
+    assert "half" not in repr(log.records) and api.seen == []
+
+
+def test_no_ca_crt_is_no_event_unless_the_system_trust_store_is_allowed(api: EventsApi) -> None:
+    (api.account_dir / "ca.crt").unlink()
+    log = RecordingLog()
+    assert _record(api, api.env(), log) is False
+    assert "no CA at" in log.records[0][2]["why"] and api.seen == []
+    log = RecordingLog()
+    assert _record(api, {**api.env(), "LLMD_EVENT_SYSTEM_CA": "true"}, log) is False
+    assert "CERTIFICATE_VERIFY_FAILED" in log.records[0][2]["why"]  # tried: the test CA is in no store
+
+
+def test_any_failure_inside_the_recorder_is_one_line_without_the_token(
+    api: EventsApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> str | None:
+        raise ValueError(f"Invalid header value b'Bearer {api.token}'")
+
+    monkeypatch.setattr(kube_post, "post_event", broken)
+    log = RecordingLog()
+    assert _record(api, api.env(), log) is False
+    (said,) = log.records
+    assert said[:2] == ("warning", "no Kubernetes Event recorded") and "ValueError" in said[2]["why"]
+    assert api.token not in repr(log.records)
+
+
+def test_event_reasons_are_short_upper_camel_case_one_per_exit_code() -> None:
+    assert EVENT_REASONS["bad-input"] == "BadInput" and EVENT_REASONS["engine-exit"] == "EngineExit"
+    assert len(set(EVENT_REASONS.values())) == len(EXIT_CODES)
+    assert all(r.isalnum() and r[0].isupper() and len(r) <= 24 for r in EVENT_REASONS.values())

@@ -6,13 +6,19 @@ from __future__ import annotations
 import io
 import json
 import os
+import subprocess
+import sys
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
 from launcher.contract.redact import REDACTED, Scrubber
-from launcher.supervise.logs import LAUNCHER, ChildOutput, FdWriter, configure
+from launcher.stderr import LAUNCHER
+from launcher.supervise.logs import ChildOutput, FdWriter, configure
 from launcher.supervise.severity import severity_of
+
+REPO = Path(__file__).resolve().parents[3]
 
 SECRET = "hf_abcdefghijklmnopqrstuvwxyz0123"
 HEAD = ["timestamp", "severity", "process", "message"]
@@ -91,3 +97,46 @@ def test_the_console_format_is_unchanged() -> None:
     configure(False, Scrubber([]), stream).info("plan ready", recipe="r")
     text = stream.getvalue()
     assert "plan ready" in text and "recipe=r" in text and "severity" not in text
+
+
+def test_one_timestamp_form_and_tuples_as_lists_at_any_depth() -> None:
+    """Issue #40.7: child lines said +00:00, the launcher's Z; a tuple in a mapping was its repr."""
+    stream = io.StringIO()
+    configure(True, Scrubber([SECRET]), stream).info(
+        "network identity", env={"VLLM_HOST_IP": ("10.0.0.7", "POD_IP"), "HF_TOKEN": "x"}, pair=(1, SECRET)
+    )
+    line = json.loads(stream.getvalue())
+    assert line["env"] == {"VLLM_HOST_IP": ["10.0.0.7", "POD_IP"], "HF_TOKEN": REDACTED}
+    assert line["pair"] == [1, REDACTED]
+    (child,) = _child_lines([("ready", "stdout")])
+    assert str(line["timestamp"]).endswith("Z") and str(child["timestamp"]).endswith("Z")
+
+
+@pytest.mark.parametrize("in_group", [False, True])
+def test_with_json_logs_every_line_of_a_refused_input_is_json(in_group: bool, tmp_path: Path) -> None:
+    """Issue #40.7: the problem lines and "no Kubernetes Event recorded" were text."""
+    lws = {"LWS_LEADER_ADDRESS": "127.0.0.1", "LWS_GROUP_SIZE": "1", "LWS_WORKER_INDEX": "0"}
+    (tmp_path / "recipe.yaml").write_text("name: r\nmodle: {path: /m}\n")  # a misspelt key
+    env = {
+        "PATH": os.environ["PATH"],
+        "LLMD_LOG_FORMAT": "json",
+        "LLMD_RECIPE_FILE": str(tmp_path / "recipe.yaml"),
+        "LLMD_TERMINATION_LOG": str(tmp_path / "termination-log"),
+        "LLMD_PARK_SECONDS": "0",
+        "LLMD_SERVICE_ACCOUNT_DIR": str(tmp_path),
+        "LLMD_STALL_SECONDZ": "1",  # an unknown setting: a warning line
+        **(lws if in_group else {}),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "launcher", "run"],
+        env=env,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    lines = [json.loads(line) for line in done.stderr.splitlines()]
+    messages = [line["message"] for line in lines]
+    assert any("modle" in m for m in messages) and any("LLMD_STALL_SECONDZ" in m for m in messages)
+    assert ("no Kubernetes Event recorded" in messages) is in_group  # outside an LWS nothing is tried

@@ -11,7 +11,7 @@ import pytest
 
 from launcher.contract.errors import ConfigError
 from launcher.contract.exits import exit_code_of
-from launcher.run import write_termination_message
+from launcher.supervise.ending import write_termination_message
 from launcher.supervise.outcome import TERMINATION_LIMIT, Outcome
 
 
@@ -66,7 +66,7 @@ def test_unknown_placeholder_refuses_to_run(tmp_path: Path, monkeypatch: pytest.
     from healthchecks.state import PodHealth
     from launcher.config.recipe_file import RecipeSource, load_recipe
     from launcher.config.settings import load_settings
-    from launcher.run import _prepare
+    from launcher.run import Inputs, _prepare
     from roles import build_plan
 
     monkeypatch.setenv("LLMD_RECIPE", "vllm-single-pod")
@@ -74,5 +74,6 @@ def test_unknown_placeholder_refuses_to_run(tmp_path: Path, monkeypatch: pytest.
     recipe = load_recipe(RecipeSource("vllm-single-pod", None))
     plan = build_plan(settings, recipe)
     with pytest.raises(ConfigError) as err:
-        asyncio.run(_prepare(settings, recipe, plan, structlog.get_logger(), ["x"], PodHealth(plan.probes)))
+        inputs = Inputs(settings, recipe, plan)
+        asyncio.run(_prepare(inputs, structlog.get_logger(), ["x"], PodHealth(plan.probes), set()))
     assert str(err.value).startswith("POD_IP: is not set but the plan needs it")

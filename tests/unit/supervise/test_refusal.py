@@ -4,9 +4,16 @@ classes, a ValueError from its checks), and what is not one."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
+from launcher.contract.redact import Scrubber
+from launcher.supervise.logs import ChildOutput, FdWriter
 from launcher.supervise.refusal import MAX_SHOWN, configuration_error
+from roles.engines.sglang import SGLANG
+from roles.engines.vllm import VLLM
+from tests.unit.supervise.line_reader import read_through
 
 SITE = "/venv/lib/python3.11/site-packages"
 ARGPARSE = [
@@ -58,16 +65,21 @@ VALUE_ERROR = [
     ids=["argparse", "pydantic", "ValueError"],
 )
 def test_an_engines_configuration_error_is_found_as_one_line(tail: list[str], line: str) -> None:
-    assert configuration_error(tail) == line
+    assert configuration_error(tail, VLLM.refusal) == line
 
 
 def test_an_assertion_counts_only_from_the_engines_config_modules() -> None:
     frame = '  File "/venv/lib/python3.11/site-packages/sglang/srt/arg_groups/parallel.py", line 88, in check'
-    assert configuration_error([frame, "    assert x", "AssertionError: dp_size must divide tp_size"]) == (
-        "AssertionError: dp_size must divide tp_size"
-    )
+    tail = [frame, "    assert x", "AssertionError: dp_size must divide tp_size"]
+    assert configuration_error(tail, SGLANG.refusal) == "AssertionError: dp_size must divide tp_size"
+    assert configuration_error(tail, VLLM.refusal) is None  # not one of vLLM's config modules
     other = '  File "/venv/lib/python3.11/site-packages/torch/distributed/c10d.py", line 88, in init'
-    assert configuration_error([other, "    assert x", "AssertionError"]) is None
+    assert configuration_error([other, "    assert x", "AssertionError"], SGLANG.refusal) is None
+
+
+def test_engine_prefixes_are_read_past_only_for_the_engine_that_writes_them() -> None:
+    assert configuration_error(VALUE_ERROR) is None
+    assert configuration_error(VALUE_ERROR, VLLM.refusal) is not None
 
 
 @pytest.mark.parametrize(
@@ -87,3 +99,15 @@ def test_other_last_words_are_not_a_configuration_error(tail: list[str]) -> None
 def test_a_long_error_is_cut() -> None:
     line = configuration_error(["ValueError: " + "x" * 2000])
     assert line is not None and len(line) == MAX_SHOWN and line.endswith("…")
+
+
+def test_a_refusal_longer_than_a_log_line_is_found_whole() -> None:
+    """Issue #40.4: a 240 KiB refusal is logged in pieces of MAX_LINE; its later pieces are the same
+    line, not something said after it."""
+    output = ChildOutput(False, Scrubber([]))
+    output.stderr = FdWriter(os.open(os.devnull, os.O_WRONLY), str)
+    data = b"Traceback (most recent call last):\nValueError: bad value " + b"ab cd " * (40 * 1024) + b"\n"
+    tail = read_through(data, output)
+    assert len(tail) > 3  # the line came in pieces
+    line = configuration_error(tail)
+    assert line is not None and line.startswith("ValueError: bad value ab cd ab") and len(line) == MAX_SHOWN

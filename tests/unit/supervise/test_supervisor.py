@@ -97,6 +97,7 @@ class Script:
     sigterm_code: int = 0
     replaced_after: float | None = None  # once it dies, a replacement shows up this long after (a
     # re-spawning daemon's last fork, not yet in the listing when it was killed)
+    races: int = 0  # listings of /proc it slips through: during each it forks its heir and exits
 
 
 @dataclass
@@ -176,7 +177,13 @@ class FakeSpawner:
 
     def descendants(self) -> list[Descendant]:
         self.listings += 1
-        return [Descendant(c.pid, c.pid) for c in self.children.values() if c.alive]
+        heirs = [c for c in self.children.values() if c.alive and c.script.races]
+        for child in heirs:
+            self._exit(child, 0)  # exits while the listing runs: a zombie by the time it is read
+        listed = [Descendant(c.pid, c.pid) for c in self.children.values() if c.alive]
+        for child in heirs:  # forked just before: not in the listing
+            self.adopt(child.name, replace(child.script, races=child.script.races - 1))
+        return listed
 
     def signalled(self, name: str, sig: int) -> list[float]:
         return [round(t, 6) for t, n, s in self.signals if n == name and s == sig]
@@ -388,6 +395,18 @@ def test_a_sweep_that_killed_looks_again_for_a_re_spawned_replacement() -> None:
     assert len(killed) == 2 and killed[0] == pytest.approx(kill_at, abs=0.11)  # the daemon, then its heir
     assert spawner.descendants() == []
     assert pod.log.events("warning").count("killing what is left") == 2
+
+
+def test_a_stray_that_forks_its_heir_during_each_listing_is_still_killed_at_the_grace() -> None:
+    """Issue #40.6: a stray that exits while /proc is listed, its heir forked too late to be in the
+    listing, looked like nothing left: the stop ended at once, the stray alive. A look that reaped
+    one is no quiet look; the heir is found and, as it ignores SIGTERM, killed at the grace."""
+    spawner = FakeSpawner({"engine": [Script()]})
+    spawner.adopt("stray", Script(on_sigterm=None, races=3))
+    outcome, _ = supervise(spawner, signals=((1, signal.SIGTERM),))
+    assert outcome.exit_code == 0
+    assert [c.name for c in spawner.children.values() if c.alive] == []
+    assert spawner.signalled("stray", signal.SIGKILL) == [pytest.approx(1 + BUDGET.kill_at, abs=0.11)]
 
 
 def test_an_engine_that_cannot_start_starts_nothing_else() -> None:
