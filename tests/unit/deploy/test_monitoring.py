@@ -38,8 +38,7 @@ def rules() -> list[dict[str, Any]]:
 
 
 def dashboard_exprs() -> list[str]:
-    dashboard = json.loads((MONITORING / "dashboard.json").read_text())
-    return [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    return [t["expr"] for panel in dashboard_panels() for t in panel["targets"]]
 
 
 def exported_names() -> set[str]:
@@ -490,6 +489,55 @@ def test_the_dashboard_shows_what_the_issue_asks_for() -> None:
               "forward_last_progress_timestamp_seconds", "build_info")  # fmt: skip
     for name in wanted:
         assert f"llmd_launcher_{name}" in exprs, name
+
+
+def dashboard_panels() -> list[dict[str, Any]]:
+    panels: list[dict[str, Any]] = json.loads((MONITORING / "dashboard.json").read_text())["panels"]
+    return panels
+
+
+# What a time series' expression measures, by its outermost function and the metric's name (first
+# match wins), as the unit Grafana draws it in.
+UNITS = (
+    (re.compile(r"^time\(\) - |_seconds\{|_seconds$"), "s"),
+    (re.compile(r"rate\(llmd_launcher_process_cpu_seconds_total|_ratio\{"), "percentunit"),
+    (re.compile(r"_bytes\{"), "bytes"),
+    (re.compile(r"\brate\("), "ops"),
+    (re.compile(r"\bincrease\("), "short"),
+    (re.compile(r"_(up|ready|live|stalled|silent|mismatch|lost|parked)\{"), "bool"),
+)
+
+
+def unit_of(expr: str) -> str | None:
+    return next((unit for pattern, unit in UNITS if pattern.search(expr)), None)
+
+
+@pytest.mark.parametrize("panel", [p for p in dashboard_panels() if p["type"] == "timeseries"],
+                         ids=lambda p: p["title"])  # fmt: skip
+def test_every_graph_draws_one_unit_and_says_which(panel: dict[str, Any]) -> None:
+    """Issue #40: panels mixed seconds with 0/1 flags and counts with rates on one axis."""
+    units = {unit_of(target["expr"]) for target in panel["targets"]}
+    assert units == {panel["fieldConfig"]["defaults"].get("unit")}, units
+
+
+def test_a_pool_picks_the_pods() -> None:
+    """The pool variable (build_info's `pool`) narrows the pod variable, which every panel reads."""
+    variables = {
+        v["name"]: v for v in json.loads((MONITORING / "dashboard.json").read_text())["templating"]["list"]
+    }
+    assert "label_values(llmd_launcher_build_info{" in variables["pool"]["query"]
+    assert 'pool=~"$pool"' in variables["pod"]["query"]
+    for panel in dashboard_panels():
+        assert all('pod=~"$pod"' in t["expr"] for t in panel["targets"]), panel["title"]
+
+
+def test_the_dashboard_shows_the_p_d_alerts_and_why_pods_are_parked() -> None:
+    exprs = {t["expr"] for panel in dashboard_panels() for t in panel["targets"]}
+    assert any('counter=~".*failed.*"' in e and KV in e for e in exprs)  # LlmdLauncherKvTransferFailures
+    assert any(QUERIES in e for e in exprs) and any(HITS in e for e in exprs)  # ...DecodeNoExternalPrefixHits
+    parked = [p for p in dashboard_panels() if any("llmd_launcher_parked" in t["expr"] for t in p["targets"])]
+    assert parked and parked[0]["type"] == "table"
+    assert "setting" in parked[0]["targets"][0]["expr"] and "heals" in parked[0]["targets"][0]["expr"]
 
 
 # The day-to-day a page must not wake anyone for: every alert stays silent at every time listed.
