@@ -135,8 +135,10 @@ podman image exists "$VLLM_STANDIN" ||
 SGLANG_STANDIN="$IMAGE_PREFIX/standin-sglang-cpu:$(stamp_of "$BASE" "$(cat tests/images/standins/sglang-cpu.Containerfile)" "${SGLANG_STANDIN_PINS[*]}")"
 podman image exists "$SGLANG_STANDIN" ||
   build "$SGLANG_STANDIN" tests/images/standins/sglang-cpu.Containerfile --build-arg "BASE=$BASE"
-SIDECAR_STANDIN="$IMAGE_PREFIX/standin-disagg-sidecar:run"  # the repo's own stand-in: rebuilt every run
-build "$SIDECAR_STANDIN" tests/images/standins/disagg-sidecar.Containerfile --build-arg "BASE=$BASE"
+# The repo's own stand-in, cached like the others: its stamp covers the script it copies.
+SIDECAR_STANDIN="$IMAGE_PREFIX/standin-disagg-sidecar:$(stamp_of "$BASE" "$(cat tests/images/standins/disagg-sidecar.Containerfile tests/standins/llm-d-router-disagg-sidecar)")"
+podman image exists "$SIDECAR_STANDIN" ||
+  build "$SIDECAR_STANDIN" tests/images/standins/disagg-sidecar.Containerfile --build-arg "BASE=$BASE"
 
 # --- the project's images, from images/ unchanged --------------------------------------------------
 build "$IMAGE_PREFIX/mooncake:run" images/mooncake.Dockerfile --build-arg "PYTHON_BASE=$BASE"
@@ -146,7 +148,7 @@ build "$IMAGE_PREFIX/sglang-tpu:run" images/sglang-tpu.Dockerfile --build-arg "P
   --build-arg "SGLANG_TPU_BASE=$SGLANG_STANDIN"
 
 # What tests/images/clean.sh keeps: the cached bases of the current recipes (older stamps are removed).
-printf '%s\n' "$BASE" "$VLLM_STANDIN" "$SGLANG_STANDIN" >"$LLMD_IMAGES_WORK/cached"
+printf '%s\n' "$BASE" "$VLLM_STANDIN" "$SGLANG_STANDIN" "$SIDECAR_STANDIN" >"$LLMD_IMAGES_WORK/cached"
 {
   printf '{"base": "%s", "vllm_standin": "%s", "sglang_standin": "%s"' "$BASE" "$VLLM_STANDIN" "$SGLANG_STANDIN"
   for name in "${!SECONDS_TAKEN[@]}"; do printf ', "%s": %s' "$name" "${SECONDS_TAKEN[$name]}"; done
