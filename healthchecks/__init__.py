@@ -16,4 +16,6 @@
 - deadline.py  the start-up deadline (LLMD_STARTUP_SECONDS)
 - forward.py   forward progress: token counters, a one-token canary when idle, the stall verdict
 - peers.py     the LWS group's other launchers: one lost ends this pod
+- hydration.py     is the checkpoint still being copied in? (the start-up deadline waits for it)
+- store_master.py  the KV store's master: has it restarted and forgotten this pod's registration?
 """
