@@ -34,6 +34,22 @@ times_summary() {
   rm -f "$LLMD_TESTS_TIMES"
   return "$rc"
 }
+beside() {  # beside LIGHT HEAVY (two functions): LIGHT in the background, its output held until both end
+  local light=$1 heavy=$2 held pid rc light_rc
+  held=$(mktemp)
+  timed "$light*" "$light" >"$held" 2>&1 &
+  pid=$!
+  set +e
+  timed "$heavy" "$heavy"
+  rc=$?
+  wait "$pid"
+  light_rc=$?
+  set -e
+  cat "$held"
+  rm -f "$held"
+  return $((rc ? rc : light_rc))
+}
+
 need_venv() {
   [ -x .venv/bin/python ] || { echo "no project venv (.venv): run tests/install.sh first" >&2; exit 2; }
 }

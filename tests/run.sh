@@ -8,6 +8,11 @@ set -euo pipefail
 export LLMD_TESTS_STARTED=$(date +%s)
 source "$(dirname "$0")/common.sh"
 times_file
-timed install bash tests/install.sh
-timed check bash tests/check.sh
+install_venv() { bash tests/install.sh venv; }
+install_rest() { bash tests/install.sh engines apt; }
+check() { bash tests/check.sh; }
+timed install_venv install_venv
+# The checks (CPU: ruff, mypy, the docs tests) need only the project venv: they run beside the engine
+# venvs and the apt packages (mostly downloads on a fresh machine).
+beside check install_rest
 bash tests/test.sh

@@ -48,22 +48,6 @@ pd() {  # the P/D pair alone (it is part of the group tier)
   unshare -rnm --propagation private "${pytest[@]}" tests/group/test_pd_group.py -m group
 }
 
-beside() {  # beside LIGHT HEAVY: LIGHT in the background, its output held until both have ended
-  local light=$1 heavy=$2 held pid rc light_rc
-  held=$(mktemp)
-  timed "$light*" "$light" >"$held" 2>&1 &
-  pid=$!
-  set +e
-  timed "$heavy" "$heavy"
-  rc=$?
-  wait "$pid"
-  light_rc=$?
-  set -e
-  cat "$held"
-  rm -f "$held"
-  return $((rc ? rc : light_rc))
-}
-
 TIERS=(unit fuzz supervisor engines ipv6 group images)  # and pd, a part of group, by name
 [ $# -gt 0 ] || set -- unit fuzz+supervisor engines ipv6 group images
 for part in "$@"; do
