@@ -9,7 +9,7 @@ from tests.unit.repo.markdown import ROOT, doc_pages
 
 CEILINGS = {
     "README.md": 12_000,  # the 12 KB
-    "bench/README.md": 7_450,
+    "bench/README.md": 7_642,  # + the test command's row
     "deploy/README.md": 26_702,
     "images/README.md": 6_514,
     "docs/adding-a-watcher.md": 7_460,
