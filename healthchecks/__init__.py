@@ -19,4 +19,6 @@
 - pd_canary.py the P/D canary through the disagg sidecar: an Observer, never a verdict
 - kv_transfer.py  the connector's KV-transfer counters, relayed from the forward watch's reads
 - peers.py     the LWS group's other launchers: one lost ends this pod
+- hydration.py     is the checkpoint still being copied in? (the start-up deadline waits for it)
+- store_master.py  the KV store's master: has it restarted and forgotten this pod's registration?
 """

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# The test tiers, in this order: unit fuzz supervisor engines ipv6 group images (default: all of them).
-#   bash tests/test.sh unit supervisor      runs two of them
+# The test tiers, in this order: unit fuzz+supervisor engines ipv6 group images (default: all of them;
+# fuzz+supervisor: the fuzz tier, one core of CPU, runs beside the supervisor tier, which mostly waits).
+#   bash tests/test.sh unit supervisor      runs two of them, one after the other
 # Needs tests/install.sh (the engine and group tiers also need the engine venvs). Any failure, pytest's
-# exit 5 ("collected nothing") included, fails the run: `set -e` stops at the first non-zero exit.
+# exit 5 ("collected nothing") included, fails the run: `set -e` stops at the first part that fails.
+# At the end (pass or fail) a table gives each part's wall time.
 source "$(dirname "$0")/common.sh"
 need_venv
+times_file
 pytest=(.venv/bin/python -m pytest -q -p no:cacheprovider)
 
 unit() {
-  step "unit tier (tests/unit; tests/unit/repo runs in tests/check.sh)"
-  "${pytest[@]}" tests/unit -m "not fuzz" --ignore=tests/unit/repo
+  step "unit tier (tests/unit on two workers; tests/unit/repo runs in tests/check.sh)"
+  "${pytest[@]}" tests/unit -m "not fuzz" --ignore=tests/unit/repo -n 2
 }
 fuzz() {
   step "fuzz (10,000 generated hostile inputs through main(), in-process: tests/unit/cli/test_fuzz_inputs.py)"
@@ -46,10 +49,16 @@ pd() {  # the P/D pair alone (it is part of the group tier)
 }
 
 TIERS=(unit fuzz supervisor engines ipv6 group images)  # and pd, a part of group, by name
-[ $# -gt 0 ] || set -- "${TIERS[@]}"
-for tier in "$@"; do
-  case " ${TIERS[*]} pd " in
-    *" $tier "*) "$tier" ;;
-    *) echo "unknown tier '$tier': one of ${TIERS[*]}" >&2; exit 2 ;;
+[ $# -gt 0 ] || set -- unit fuzz+supervisor engines ipv6 group images
+for part in "$@"; do
+  for tier in ${part//+/ }; do
+    case " ${TIERS[*]} pd " in
+      *" $tier "*) ;;
+      *) echo "unknown tier '$tier': one of ${TIERS[*]} (two joined by + run side by side)" >&2; exit 2 ;;
+    esac
+  done
+  case $part in
+    *+*) beside "${part%+*}" "${part#*+}" ;;
+    *) timed "$part" "$part" ;;
   esac
 done

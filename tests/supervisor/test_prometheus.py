@@ -35,7 +35,7 @@ ONLY_IN_SOME_STATES = {
     "tests/group/test_pd_group.py reads it)",
 }
 # Grafana's variables, as the dashboard's defaults ("All") expand them.
-GRAFANA = {'"$namespace"': '".*"', '"$pod"': '".*"', "$__rate_interval": "1m"}
+GRAFANA = {'"$namespace"': '".*"', '"$pool"': '".*"', '"$pod"': '".*"', "$__rate_interval": "1m"}
 
 
 @pytest.fixture

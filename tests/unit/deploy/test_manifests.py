@@ -607,3 +607,19 @@ def test_the_readme_lists_what_is_unverified_for_every_part_of_deploy() -> None:
         assert any(item.startswith(f"- `{part}") for item in items), f"no unverified line for {part}"
     for item in items:
         assert re.match(r"- `[^`]+`.+: .+", item), f"names no place, or says no why: {item}"
+
+
+PART_OF = {"app.kubernetes.io/part-of": "kimi-k3-1"}  # the label deploy/README.md's `--prune -l` selects
+
+
+def test_every_object_carries_the_label_prune_selects() -> None:
+    """Issue #40: the recipe ConfigMaps, the master Service and the ComputeDomain carried no labels, so
+    `kubectl apply --prune -l app.kubernetes.io/part-of=kimi-k3-1` could not select (nor prune) them.
+    Every object of every combination carries it, and no pod selector changed for it."""
+    labelled = {
+        name for name, doc in DOCS if PART_OF.items() <= (doc["metadata"].get("labels") or {}).items()
+    }
+    unlabelled = sorted({name.split("#")[1] for name, _ in DOCS if name not in labelled})
+    assert unlabelled == []
+    for _, doc in WORKLOADS:
+        assert "app.kubernetes.io/part-of" not in json.dumps(doc["spec"].get("selector", {}))

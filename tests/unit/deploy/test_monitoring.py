@@ -10,6 +10,7 @@ import json
 import re
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,7 @@ def rules() -> list[dict[str, Any]]:
 
 
 def dashboard_exprs() -> list[str]:
-    dashboard = json.loads((MONITORING / "dashboard.json").read_text())
-    return [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+    return [t["expr"] for panel in dashboard_panels() for t in panel["targets"]]
 
 
 def exported_names() -> set[str]:
@@ -128,6 +128,50 @@ def _created(lws: str, group: int, uid: str, created: int, values: str) -> dict[
 def _decode(counter: str, **labels: str) -> str:
     """A decode pod's relayed KV-transfer counter."""
     return _s(KV, source="engine", pool="decode", role="decode", counter=counter, **labels)
+
+
+def _span(first: int, last: int | None, value: Callable[[int], int]) -> str:
+    """promtool values, one a minute: missing before minute `first`, value(minute) from `first` to
+    `last` (None: to 60, still there), stale after `last`."""
+    minutes = range(first, 61 if last is None else last + 1)
+    return " ".join(["_"] * first + [str(value(m)) for m in minutes] + ([] if last is None else ["stale"]))
+
+
+def _incarnation(target: dict[str, str], first: int, last: int | None, *, budget: int,
+                 ready_at: int | None = None, held_per_minute: int = 0) -> dict[str, str]:  # fmt: skip
+    """One launcher of a pool pod, from minute `first` to `last`: its target's `up`, `ready` (from
+    minute `ready_at`; None: never), and the start-up budget it exposes (deadline = start + budget +
+    the time held while parked)."""
+    start = first * 60
+
+    def held(minute: int) -> int:
+        return (minute - first) * held_per_minute
+
+    return {
+        _k("up", **target): _span(first, last, lambda _: 1),
+        _k("llmd_launcher_ready", **target): _span(
+            first, last, lambda m: int(ready_at is not None and m >= ready_at)
+        ),
+        _k("llmd_launcher_process_start_time_seconds", **target): _span(first, last, lambda _: start),
+        _k("llmd_launcher_startup_held_seconds", **target): _span(first, last, held),
+        _k("llmd_launcher_startup_deadline_timestamp_seconds", **target): _span(
+            first, last, lambda m: start + budget + held(m)
+        ),
+    }
+
+
+def _group(lws: str, ip: str, first: int, last: int | None, **kwargs: Any) -> dict[str, str]:
+    """A group of two pods (leader and worker) of `lws` living from minute `first` to `last`."""
+    return _incarnation(_target(lws, 0, 0, f"{ip}.1"), first, last, **kwargs) | _incarnation(
+        _target(lws, 0, 1, f"{ip}.2"), first, last, **kwargs
+    )
+
+
+NOT_READY = {
+    "namespace": POD["namespace"],
+    "leaderworkerset_sigs_k8s_io_name": DECODE,
+    "leaderworkerset": DECODE,
+}
 
 
 CASES = {
@@ -287,8 +331,19 @@ CASES = {
         },
         fleet=True,
     ),
-    # Group 0's leader created 5 times in 50 minutes (every 10 minutes a new uid): from the fourth
-    # creation (30m) the count is over 3, firing 5 minutes later. Group 1, created once, never fires.
+    # A new pool (budget 20 minutes), never ready: its groups load until their launchers end them at
+    # the deadline (20m) and load again. Not ready since its first answer (0): pending from 21m, firing
+    # 5 minutes later.
+    "LlmdLauncherPoolNotReady": Case(
+        _group(DECODE, "10.0.8", 0, 20, budget=1200) | _group(DECODE, "10.0.9", 21, None, budget=1200),
+        "27m",
+        "19m",
+        NOT_READY,
+        value=27 * 60,
+        fleet=True,
+    ),
+    # Group 0's leader created 5 times in 50 minutes (every 10 minutes a new uid): from the fifth
+    # creation (40m) the count is over 4, firing 5 minutes later. Group 1, created once, never fires.
     "LlmdLauncherGroupRecreateLoop": Case(
         {
             **_created(DECODE, 0, "u1", 0, "Vx9 stale"),
@@ -305,6 +360,38 @@ CASES = {
         fleet=True,
     ),
 }
+
+# More cases of an alert than its one in CASES.
+MORE_CASES = (
+    # The pool served until a rollout at 10m; the new group (budget 20 minutes) parks on a recipe
+    # mistake that heals only by another rollout, its deadline held while parked. Not ready since 10m:
+    # over the budget from 31m, firing at 36m.
+    ("LlmdLauncherPoolNotReady", Case(
+        _group(DECODE, "10.0.8", 0, 10, budget=1200, ready_at=0)
+        | _group(DECODE, "10.0.9", 11, None, budget=1200, held_per_minute=60),
+        "37m", "29m", NOT_READY, value=27 * 60, fleet=True,
+    )),
+    # A slow recreate loop: the pool served until 10m, then each incarnation (budget 30 minutes) loads
+    # for 10 minutes, its engine dies and the group is recreated 2 minutes later, never ready. Not
+    # ready since 10m: over the budget from 41m, firing at 46m.
+    ("LlmdLauncherPoolNotReady", Case(
+        _group(DECODE, "10.0.8", 0, 10, budget=1800, ready_at=0)
+        | _group(DECODE, "10.0.9", 12, 22, budget=1800)
+        | _group(DECODE, "10.0.10", 24, 34, budget=1800)
+        | _group(DECODE, "10.0.11", 36, 46, budget=1800)
+        | _group(DECODE, "10.0.12", 48, None, budget=1800),
+        "47m", "39m", NOT_READY, value=37 * 60, fleet=True,
+    )),
+    # A loop of one recreation every 3 hours: never more than 3 in 6 hours, the fifth creation in a
+    # day (720m) fires 5 minutes later.
+    ("LlmdLauncherGroupRecreateLoop", Case(
+        {key: value for k in range(5) for key, value in _created(
+            DECODE, 0, f"s{k}", k * 10800, f"{'_x' + str(180 * k) + ' ' if k else ''}Vx{178 if k < 4 else 20}"
+            + (" stale" if k < 4 else "")).items()},
+        "726m", "716m", {"namespace": POD["namespace"], "leaderworkerset": DECODE, "group": "0"},
+        value=5, fleet=True,
+    )),
+)  # fmt: skip
 
 TEMPLATE = re.compile(r"\{\{ \$(labels\.(\w+)|value \| printf \"%\.0f\") \}\}")
 
@@ -327,8 +414,9 @@ def _expected(rule: dict[str, Any], labels: dict[str, str], value: float) -> dic
 
 def promtool_tests() -> dict[str, Any]:
     tests = []
-    for rule in rules():
-        case = CASES[rule["alert"]]
+    by_name = {rule["alert"]: rule for rule in rules()}
+    for name, case in [*CASES.items(), *MORE_CASES]:
+        rule = by_name[name]
         labels = case.labels if case.fleet else {**POD, **case.labels}
         fired = [_expected(rule, labels, case.value), *(_expected(rule, {**labels, **more}, case.value)
                  for more in case.also)]  # fmt: skip
@@ -403,17 +491,72 @@ def test_the_dashboard_shows_what_the_issue_asks_for() -> None:
         assert f"llmd_launcher_{name}" in exprs, name
 
 
+def dashboard_panels() -> list[dict[str, Any]]:
+    panels: list[dict[str, Any]] = json.loads((MONITORING / "dashboard.json").read_text())["panels"]
+    return panels
+
+
+# What a time series' expression measures, by its outermost function and the metric's name (first
+# match wins), as the unit Grafana draws it in.
+UNITS = (
+    (re.compile(r"^time\(\) - |_seconds\{|_seconds$"), "s"),
+    (re.compile(r"rate\(llmd_launcher_process_cpu_seconds_total|_ratio\{"), "percentunit"),
+    (re.compile(r"_bytes\{"), "bytes"),
+    (re.compile(r"\brate\("), "ops"),
+    (re.compile(r"\bincrease\("), "short"),
+    (re.compile(r"_(up|ready|live|stalled|silent|mismatch|lost|parked)\{"), "bool"),
+)
+
+
+def unit_of(expr: str) -> str | None:
+    return next((unit for pattern, unit in UNITS if pattern.search(expr)), None)
+
+
+@pytest.mark.parametrize("panel", [p for p in dashboard_panels() if p["type"] == "timeseries"],
+                         ids=lambda p: p["title"])  # fmt: skip
+def test_every_graph_draws_one_unit_and_says_which(panel: dict[str, Any]) -> None:
+    """Issue #40: panels mixed seconds with 0/1 flags and counts with rates on one axis."""
+    units = {unit_of(target["expr"]) for target in panel["targets"]}
+    assert units == {panel["fieldConfig"]["defaults"].get("unit")}, units
+
+
+def test_a_pool_picks_the_pods() -> None:
+    """The pool variable (build_info's `pool`) narrows the pod variable, which every panel reads."""
+    variables = {
+        v["name"]: v for v in json.loads((MONITORING / "dashboard.json").read_text())["templating"]["list"]
+    }
+    assert "label_values(llmd_launcher_build_info{" in variables["pool"]["query"]
+    assert 'pool=~"$pool"' in variables["pod"]["query"]
+    for panel in dashboard_panels():
+        assert all('pod=~"$pod"' in t["expr"] for t in panel["targets"]), panel["title"]
+
+
+def test_the_dashboard_shows_the_p_d_alerts_and_why_pods_are_parked() -> None:
+    exprs = {t["expr"] for panel in dashboard_panels() for t in panel["targets"]}
+    assert any('counter=~".*failed.*"' in e and KV in e for e in exprs)  # LlmdLauncherKvTransferFailures
+    assert any(QUERIES in e for e in exprs) and any(HITS in e for e in exprs)  # ...DecodeNoExternalPrefixHits
+    parked = [p for p in dashboard_panels() if any("llmd_launcher_parked" in t["expr"] for t in p["targets"])]
+    assert parked and parked[0]["type"] == "table"
+    assert "setting" in parked[0]["targets"][0]["expr"] and "heals" in parked[0]["targets"][0]["expr"]
+
+
 # The day-to-day a page must not wake anyone for: every alert stays silent at every time listed.
 IDENTITY = {"model": "/models/Kimi-K3.1-Pro", "block_size": "2048", "hash_seed": "3f2a9c1e0b7d"}
 
 
 def _launcher(target: dict[str, str], values: str, deadline: int = 7200) -> dict[str, str]:
-    """What a healthy launcher's scrape yields while it lives (`values`: V where a sample is): `up`, its
-    KV identity, a start-up deadline far away (Unix time `deadline`; test time starts at 0)."""
+    """What a healthy launcher's scrape yields while it lives (`values`: V where a sample is): `up`,
+    ready, its KV identity, a start-up deadline far away (Unix time `deadline`; test time starts at 0)."""
     own = {"instance": target["instance"], "pod": target["pod"]}
     ones = values.replace("V", "1")
+    started = re.match(r"_x(\d+) ", values)
     return {
         _k("up", **target): ones,
+        _k("llmd_launcher_ready", **target): ones,
+        _k("llmd_launcher_process_start_time_seconds", **target): values.replace(
+            "V", str(60 * int(started[1]) if started else 0)
+        ),
+        _k("llmd_launcher_startup_held_seconds", **target): values.replace("V", "0"),
         _s("llmd_launcher_kv_cache_identity", **own, **IDENTITY): ones,
         _s("llmd_launcher_startup_deadline_timestamp_seconds", **own): values.replace("V", str(deadline)),
         _s("llmd_launcher_startup_phase", **own, phase="started"): ones,
@@ -471,7 +614,18 @@ def _scaled_to_zero() -> dict[str, str]:
     return series
 
 
+def _one_group_rollout() -> dict[str, str]:
+    """A one-group pool rolled at 10m: no pod ready while the new group loads for 25 minutes, within
+    its budget (LLMD_STARTUP_SECONDS 2700, the default)."""
+    return (
+        {_k("kube_statefulset_replicas", statefulset=DECODE, **KSM): "1x60"}
+        | _group(DECODE, "10.0.8", 0, 10, budget=2700, ready_at=0)
+        | _group(DECODE, "10.0.9", 11, None, budget=2700, ready_at=36)
+    )
+
+
 QUIET = {
+    "a one-group pool's rollout": (_one_group_rollout(), ("20m", "35m", "40m", "59m")),
     "a rolling update": (_rolling_update(), ("5m", "12m", "30m", "45m", "59m")),
     "a normal recreation": (_recreation(), ("10m", "11m", "20m", "40m")),
     "a parked pod that heals": (_parked_then_healed(), ("2m", "4m", "10m", "25m")),
@@ -507,6 +661,8 @@ def test_the_quiet_cases_can_fail(tmp_path: Path) -> None:
 PAGES = {
     "LlmdLauncherPoolUnscraped": "no launcher of a pool answers for 15 minutes: the pool serves nothing "
     "and a recreation would have answered within minutes",
+    "LlmdLauncherPoolNotReady": "no pod of a pool ready for longer than its start-up budget: the pool "
+    "serves nothing, and a rollout or recreation would have been ready within it",
 }
 # Signals set only in the seconds before the launcher ends its own pod: an alert on them fires (if
 # ever) for a pod that is already gone. Their recreation is LlmdLauncherGroupRecreateLoop's.
