@@ -15,6 +15,7 @@ from launcher.contract.plan import (
     FileSpec,
     KvEventsWatch,
     PdCanary,
+    PdRole,
     Plan,
     ProcessSpec,
     ProgressSource,
@@ -86,15 +87,15 @@ class BuildContext:
         self,
         sources: list[ProgressSource],
         family: EngineFamily[Any],
-        pd_role: str,
+        pd_role: PdRole,
         canary: Canary,
         kv_transfer: tuple[str, ...] = (),
         sidecar: DisaggSidecar | None = None,
     ) -> ProgressWatch | None:
-        """The forward-progress watch of a serving engine in its P/D role (roles/engines/family.py
-        DECODE, PREFILL, BOTH): the counters it watches are the role's step signals; None when
-        LLMD_STALL_SECONDS is 0. sidecar: the disagg sidecar fronting it, which the P/D canary goes
-        through when LLMD_PD_CANARY_PREFILLER names a prefill endpoint."""
+        """The forward-progress watch of a serving engine in its P/D role: the counters it watches are
+        the role's step signals; None when LLMD_STALL_SECONDS is 0. sidecar: the disagg sidecar
+        fronting it, which the P/D canary goes through when LLMD_PD_CANARY_PREFILLER names a prefill
+        endpoint."""
         if self.stall_seconds <= 0 or not sources or family.steps is None:
             return None
         pd_canary = None

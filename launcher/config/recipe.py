@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from launcher.contract.record import record
 from launcher.contract.redact import is_secret_flag
 
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -542,9 +543,39 @@ def optional_spec(pool: object, name: str) -> Any:
     return getattr(pool, name, None)
 
 
-# vLLM 0.32.0's NIXL connectors (vllm/distributed/kv_transfer/kv_connector/factory.py): each runs
-# the side-channel handshake listener.
-NIXL_CONNECTORS = ("NixlConnector", "NixlPullConnector", "NixlPushConnector")
+@record
+class KvConnector:
+    """What the launcher knows of one vLLM KV connector, by its --kv-transfer-config `kv_connector`
+    name. The one table (VLLM_CONNECTORS) sits beside VllmPool because the schema itself reads it (a
+    NIXL connector gets a `nixl:` section); roles/engines/vllm.py reads the rest."""
+
+    side_channel: bool = False  # runs NIXL's side-channel handshake listener
+    module: tuple[str, str] | None = None  # (the module it imports, its distribution), checked at start
+    counters: tuple[str, ...] = ()  # its KV-transfer counters on the API server's /metrics, relayed
+
+
+# vLLM 0.32.0 vllm/distributed/kv_transfer/kv_connector/factory.py. Modules: kv_connector/v1/mooncake/*
+# imports mooncake.*, vllm/distributed/nixl_utils.py nixl. Counters: v1/nixl/stats.py NixlPromMetrics
+# (failed transfers include handshake and notification failures), mooncake/store/metrics.py.
+VLLM_CONNECTORS = {
+    "NixlConnector": KvConnector(
+        side_channel=True,
+        module=("nixl", "nixl"),
+        counters=(
+            "vllm:nixl_num_failed_transfers_total",
+            "vllm:nixl_num_failed_notifications_total",
+            "vllm:nixl_num_kv_expired_reqs_total",
+            "vllm:nixl_xfer_time_seconds_count",
+        ),
+    ),
+    "NixlPullConnector": KvConnector(side_channel=True),
+    "NixlPushConnector": KvConnector(side_channel=True),
+    "MooncakeConnector": KvConnector(module=("mooncake", "mooncake-transfer-engine")),
+    "MooncakeStoreConnector": KvConnector(
+        module=("mooncake", "mooncake-transfer-engine"),
+        counters=("vllm:mooncake_store_operation_total", "vllm:mooncake_store_operation_failed_keys_total"),
+    ),
+}
 
 
 def transfer_connectors(config: object) -> list[dict[str, Any]]:
@@ -561,12 +592,18 @@ def transfer_connectors(config: object) -> list[dict[str, Any]]:
     return [config, *(c for child in children or [] for c in transfer_connectors(child))]
 
 
+def side_channel(connector: Mapping[str, Any]) -> bool:
+    """Whether one connector of a --kv-transfer-config runs NIXL's side channel."""
+    known = VLLM_CONNECTORS.get(str(connector.get("kv_connector")))
+    return known is not None and known.side_channel
+
+
 def names_nixl(args: object) -> bool:
     """Whether a pool's args (or an argv's --kv-transfer-config values) run a NIXL connector."""
     if not isinstance(args, dict):
         return False
     configs = [v for k, v in args.items() if isinstance(k, str) and flag_name(k) == "kv-transfer-config"]
-    return any(c.get("kv_connector") in NIXL_CONNECTORS for v in configs for c in transfer_connectors(v))
+    return any(side_channel(c) for v in configs for c in transfer_connectors(v))
 
 
 def flag_name(name: str) -> str:
