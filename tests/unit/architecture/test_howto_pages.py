@@ -1,7 +1,7 @@
-"""The how-to pages executed: docs/adding-an-engine.md and docs/adding-a-watcher.md are followed to the
-letter in a copy of the repository (their code blocks are the code written), and the tests that know
-every engine family and every watcher pass there. When a page and the code disagree (a signature, a
-required field, a step left out), this fails."""
+"""The how-to pages executed: docs/adding-an-engine.md, docs/adding-a-watcher.md and
+docs/adding-a-guide.md are followed to the letter in a copy of the repository (their code blocks are
+the code written), and the tests that know every engine family, watcher and guide pass there. When a
+page and the code disagree (a signature, a required field, a step left out), this fails."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCS = ROOT / "docs"
@@ -154,6 +156,41 @@ def test_adding_a_watcher_as_the_page_says(tmp_path: Path) -> None:
     follow_adding_a_watcher(copy)
     done = run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *WATCHER_TESTS)
     assert done.returncode == 0, done.stdout[-4000:]
+
+
+GUIDE_TESTS = [
+    "tests/unit/roles/test_golden_guides.py",
+    "tests/unit/config/test_recipe.py",
+    "tests/unit/config/test_builtin_recipes_compiled.py",
+    "tests/unit/repo/test_generated_docs.py",
+]
+
+
+def test_adding_a_guide_as_the_page_says(tmp_path: Path) -> None:
+    """Two files written, the generators run: the golden test plans the new guide's pod against its
+    fixture (and fails, naming the word, when the fixture's differences leave one out)."""
+    copy = copy_repository(tmp_path / "repo")
+    recipe, fixture = blocks("adding-a-guide.md", "yaml")
+    generate, test_command = blocks("adding-a-guide.md", "sh")
+    name = yaml.safe_load(recipe)["name"]
+    assert yaml.safe_load(fixture)["recipe"] == name
+    (copy / f"launcher/config/recipes/{name}.yaml").write_text(recipe)
+    (copy / f"tests/fixtures/guides/{name}.yaml").write_text(fixture)
+    compile_, generate_docs = (step.strip() for step in generate.split("&&"))
+    assert compile_ == ".venv/bin/python scripts/compile_recipes.py"
+    assert generate_docs == ".venv/bin/python scripts/generate_docs.py --write"
+    for script in (["scripts/compile_recipes.py"], ["scripts/generate_docs.py", "--write"]):
+        done = run(copy, *script)
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert name in (copy / "docs/reference/guide-differences.md").read_text()
+    assert test_command.startswith("bash tests/check.sh && ") and "tests/unit/roles" in test_command
+    done = run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *GUIDE_TESTS)
+    assert done.returncode == 0, done.stdout[-4000:]
+    plan_only = "    - port\n"
+    edit(copy / f"tests/fixtures/guides/{name}.yaml", plan_only, "")
+    golden = ["-k", name, "tests/unit/roles/test_golden_guides.py"]
+    done = run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *golden)
+    assert done.returncode == 1 and "--port=8000" in done.stdout, done.stdout[-4000:]
 
 
 def _tool(name: str) -> str:
