@@ -30,7 +30,7 @@ from launcher.contract.log import Log
 from launcher.contract.lws import LEADER_ADDRESS
 from launcher.supervise.outcome import Outcome
 from launcher.supervise.supervisor import SignalReceived
-from roles.engines.service_links import ENGINE_ENV_PREFIXES
+from roles.engines import ENGINE_ENV_PREFIXES
 
 if TYPE_CHECKING:
     from launcher.supervise.supervisor import Event

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Literal
 
 from launcher.config.recipe import ArgValue
@@ -35,6 +35,29 @@ def flag_key(flag: str) -> str:
     """Identity of a flag for merging: dashes, underscores and a `no-` prefix do not matter."""
     name = flag.lstrip("-").split("=", 1)[0].replace("_", "-")
     return name.removeprefix("no-")
+
+
+def flag_values(argv: Sequence[str], flag: str) -> list[str]:
+    """Every value an argv gives `flag`, in order (argparse keeps the last): `--flag value` and
+    `--flag=value`, `_` and `-` alike (vLLM and SGLang read both). A flag followed by another flag,
+    or last, has no value."""
+    name = flag.lstrip("-").replace("_", "-")
+    out = []
+    for i, token in enumerate(argv):
+        given, eq, value = token.partition("=")
+        if not given.startswith("--") or given[2:].replace("_", "-") != name:
+            continue
+        if eq:
+            out.append(value)
+        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+            out.append(argv[i + 1])
+    return out
+
+
+def flag_value(argv: Sequence[str], flag: str) -> str | None:
+    """The value the engine reads for `flag` (the last one given), None when none is."""
+    values = flag_values(argv, flag)
+    return values[-1] if values else None
 
 
 @record

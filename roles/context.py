@@ -15,6 +15,7 @@ from launcher.contract.plan import (
     FileSpec,
     KvEventsWatch,
     PdCanary,
+    PdRole,
     Plan,
     ProcessSpec,
     ProgressSource,
@@ -83,11 +84,10 @@ class BuildContext:
         return merged
 
     def progress_watch(
-        self, sources: list[ProgressSource], family: EngineFamily[Any], pd_role: str, canary: Canary
+        self, sources: list[ProgressSource], family: EngineFamily[Any], pd_role: PdRole, canary: Canary
     ) -> ProgressWatch | None:
-        """The forward-progress watch of a serving engine in its P/D role (roles/engines/family.py
-        DECODE, PREFILL, BOTH): the counters it watches are the role's step signals; None when
-        LLMD_STALL_SECONDS is 0."""
+        """The forward-progress watch of a serving engine in its P/D role: the counters it watches are
+        the role's step signals; None when LLMD_STALL_SECONDS is 0."""
         if self.stall_seconds <= 0 or not sources or family.steps is None:
             return None
         return ProgressWatch(

@@ -17,6 +17,7 @@ from launcher.contract.errors import Problem
 from launcher.contract.plan import GroupCheck, GroupReport, Plan
 from launcher.contract.redact import is_secret_name, secret_values
 from roles import build_plan
+from roles.args import flag_values
 from roles.derive import select_pool
 from roles.engines.service_links import service_link_problems
 
@@ -32,17 +33,6 @@ def plan_group(settings: Settings, recipe: Recipe) -> GroupReport:
         except (ValueError, KeyError, TypeError, IndexError) as exc:  # a malformed flag value in a recipe
             checks.append(GroupCheck(name, False, f"unreadable: {exc!r}"))
     return GroupReport(plans, tuple(checks))
-
-
-def flag_values(argv: Sequence[str], flag: str) -> list[str]:
-    """Values of `--flag value` / `--flag=value` in an argv."""
-    out = []
-    for i, token in enumerate(argv):
-        if token == flag and i + 1 < len(argv):
-            out.append(argv[i + 1])
-        elif token.startswith(flag + "="):
-            out.append(token.split("=", 1)[1])
-    return out
 
 
 def _int_flag(plan: Plan, flag: str, default: int) -> int:

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from launcher.config.recipe import EnginePool, Pool
+from launcher.config.recipe import EnginePool, Pool, transfer_connectors
 from launcher.contract.plan import (
     IFNAME_PLACEHOLDER,
     POD_IP_PLACEHOLDER,
@@ -22,19 +22,14 @@ from launcher.contract.plan import (
     RdmaNeed,
     RdmaPort,
 )
+from roles.args import flag_value
 from roles.engines.family import EngineFamily
+from roles.engines.transports import ENGINE_RDMA_VARS, IFNAME_VARS, UCX_DEVICES_VAR, UCX_MODULE, rdma_values
 from roles.flags import FlagCatalog
 from roles.memory import plan_memory
 
 # --load-format -> module (vLLM 0.32.0 model_loader: fastsafetensors is the vLLM extra of that name).
 _LOAD_FORMAT_MODULES = {"fastsafetensors": ("fastsafetensors", "fastsafetensors")}
-# Interface variables gloo and NCCL read.
-_IFNAME_VARS = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
-# NIXL moves KV over UCX (nixl 1.5.1 bundles UCX 1.23), which reads its devices from UCX_NET_DEVICES.
-_UCX_MODULE = "nixl"
-_UCX_DEVICES_VAR = "UCX_NET_DEVICES"
-# What names the RDMA ports an engine's collectives and NIXL use: NCCL's IB transport and UCX.
-_ENGINE_RDMA_VARS = ("NCCL_IB_HCA", "NCCL_IB_GID_INDEX", "UCX_NET_DEVICES", "UCX_IB_GID_INDEX")
 
 
 def with_host_needs(
@@ -68,23 +63,23 @@ def with_host_needs(
         )  # fmt: skip
         return replace(plan, needs=needs)
     engine = plan.engine
-    flags = _flag_values(engine.argv)
     network = pod_ip != POD_IP_PLACEHOLDER or plan.role.group_size > 1
     env, derived = _network_env(engine, family.host_ip_var, pod_ip) if network else (dict(engine.env), ())
     placeholders = plan.placeholders
     if network and pod_ip == POD_IP_PLACEHOLDER and "POD_IP" not in placeholders:
         placeholders = ("POD_IP", *placeholders)
     needs = HostNeeds(
-        modules=_modules(flags, family.connector_modules),
+        modules=_modules(engine.argv, family.connector_modules),
         memory=memory,
         model_files=bool(plan.model_path and plan.model_path.startswith("/")),
-        drafter=_drafter(flags),
+        drafter=_drafter(engine.argv),
         engine_package=family.package,
         catalog_version=catalog.version,
         catalog_source=catalog.source,
         engine_versions=pool.engine_versions if isinstance(pool, EnginePool) else None,
         network=network,
         host_ip_var=family.host_ip_var,
+        ifname_vars=IFNAME_VARS,
         shm_segments=shm,
         derived_env=derived,
         rdma=rdma,
@@ -114,7 +109,7 @@ def _network_env(
     derived = []
     wanted = {
         name: (IFNAME_PLACEHOLDER, "the interface that holds POD_IP (found in the pod)")
-        for name in _IFNAME_VARS
+        for name in IFNAME_VARS
     }
     wanted[host_ip_var] = (pod_ip, "POD_IP")
     for name, (value, source) in wanted.items():
@@ -131,12 +126,12 @@ def fill_interface(plan: Plan, ifname: str) -> Plan:
     connector runs over UCX (NIXL) and was given no RDMA port (fill_rdma, before) gets that interface
     as UCX's device, like gloo and NCCL: UCX's own pick would include lo and any other NIC; its
     transports stay UCX's choice (a set value, the recipe's or the RDMA ports', wins)."""
-    ucx = any(m.module == _UCX_MODULE for m in plan.needs.modules)
+    ucx = any(m.module == UCX_MODULE for m in plan.needs.modules)
     processes = []
     for p in plan.processes:
         env = {k: v.replace(IFNAME_PLACEHOLDER, ifname) for k, v in p.env.items()}
         if ucx and p.name == plan.engine.name:
-            env.setdefault(_UCX_DEVICES_VAR, ifname)
+            env.setdefault(UCX_DEVICES_VAR, ifname)
         processes.append(replace(p, env=env))
     return replace(plan, processes=tuple(processes))
 
@@ -146,20 +141,7 @@ def _rdma_need(transfers: RdmaNeed | None, *, network: bool) -> RdmaNeed | None:
     if not network:
         return transfers
     transfers = transfers or RdmaNeed()
-    return replace(transfers, env=tuple(dict.fromkeys((*_ENGINE_RDMA_VARS, *transfers.env))))
-
-
-def rdma_values(ports: Sequence[RdmaPort]) -> dict[str, str]:
-    """The RDMA variables for these ports. NCCL's `=` takes the names exactly (not as prefixes: mlx5_1
-    would also match mlx5_10). One GID index serves every port, so it is set only when all RoCE ports
-    agree (and no port is InfiniBand, where the index is not a RoCE choice)."""
-    names = ",".join(p.name for p in ports)
-    values = {"NCCL_IB_HCA": f"={names}", "UCX_NET_DEVICES": names}
-    gids = {p.gid_index for p in ports}
-    if all(p.link_layer == "Ethernet" for p in ports) and len(gids) == 1 and None not in gids:
-        index = str(gids.pop())
-        values |= {"NCCL_IB_GID_INDEX": index, "UCX_IB_GID_INDEX": index, "MC_GID_INDEX": index}
-    return values
+    return replace(transfers, env=tuple(dict.fromkeys((*ENGINE_RDMA_VARS, *transfers.env))))
 
 
 def fill_rdma(plan: Plan, ports: Sequence[RdmaPort]) -> Plan:
@@ -189,23 +171,6 @@ def _with_device_name(file: FileSpec, devices: str) -> FileSpec:
     return replace(file, content=json.dumps({**config, "device_name": devices}, indent=2) + "\n")
 
 
-def _flag_values(argv: Sequence[str]) -> dict[str, str]:
-    """--flag value and --flag=value pairs of an argv (last one wins, as argparse does)."""
-    out: dict[str, str] = {}
-    for i, word in enumerate(argv):
-        if not word.startswith("--"):
-            continue
-        name, eq, value = word[2:].partition("=")
-        name = name.replace("_", "-")
-        if eq:
-            out[name] = value
-        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
-            out[name] = argv[i + 1]
-        else:
-            out[name] = ""
-    return out
-
-
 def _json(value: str | None) -> Mapping[str, object]:
     try:
         data = json.loads(value or "")
@@ -214,31 +179,20 @@ def _json(value: str | None) -> Mapping[str, object]:
     return data if isinstance(data, dict) else {}
 
 
-def _connectors(config: Mapping[str, object]) -> list[str]:
-    names = [str(config.get("kv_connector", ""))]
-    extra = config.get("kv_connector_extra_config")
-    if isinstance(extra, dict):
-        for child in extra.get("connectors", []) or []:
-            if isinstance(child, dict):
-                names += _connectors(child)
-    return names
-
-
-def _modules(
-    flags: Mapping[str, str], connector_modules: Mapping[str, tuple[str, str]]
-) -> tuple[ModuleNeed, ...]:
+def _modules(argv: Sequence[str], connector_modules: Mapping[str, tuple[str, str]]) -> tuple[ModuleNeed, ...]:
     needs: dict[str, ModuleNeed] = {}
-    fmt = flags.get("load-format")
+    fmt = flag_value(argv, "--load-format")
     if fmt in _LOAD_FORMAT_MODULES:
         module, package = _LOAD_FORMAT_MODULES[fmt]
         needs[module] = ModuleNeed(module, package, f"--load-format {fmt}")
-    for connector in _connectors(_json(flags.get("kv-transfer-config"))):
+    for config in transfer_connectors(flag_value(argv, "--kv-transfer-config")):
+        connector = str(config.get("kv_connector", ""))
         if connector in connector_modules and connector_modules[connector][0] not in needs:
             module, package = connector_modules[connector]
             needs[module] = ModuleNeed(module, package, f"--kv-transfer-config {connector}")
     return tuple(needs.values())
 
 
-def _drafter(flags: Mapping[str, str]) -> str | None:
-    model = _json(flags.get("speculative-config")).get("model")
+def _drafter(argv: Sequence[str]) -> str | None:
+    model = _json(flag_value(argv, "--speculative-config")).get("model")
     return model if isinstance(model, str) and model else None

@@ -8,6 +8,8 @@ place the code declares its fact, so the docs cannot drift from what runs.
     recipe.schema.json   the same, as JSON Schema (`llm-d-launcher recipes schema`)
     shutdown-budget.md   launcher/contract/plan.py (ShutdownBudget) for typical graces and the manifests'
     catalogs.md          roles/catalogs/*.json (the engine flag catalogues)
+    guide-differences.md tests/fixtures/guides/*.yaml (`differences:`, `notes:`) and the shared
+                         differences they name (tests/fixtures/guide-differences.yaml)
 
 Run from the repository root: `.venv/bin/python scripts/generate_docs.py --write`. The drift tests
 (tests/unit/repo/test_generated_docs.py) run --check's comparison, one test per file.
@@ -275,6 +277,41 @@ def catalogs_md() -> str:
     )
 
 
+GUIDES = ROOT / "tests" / "fixtures" / "guides"
+SHARED_DIFFERENCES = ROOT / "tests" / "fixtures" / "guide-differences.yaml"
+
+
+def guide_differences_md() -> str:
+    """Each difference between a guide's command and the plan, with the recipes it applies to (the
+    golden test fails on any difference a fixture does not list), then each guide's own notes."""
+    import yaml
+
+    shared = yaml.safe_load(SHARED_DIFFERENCES.read_text(encoding="utf-8"))
+    whys: dict[str, list[str]] = {}  # why -> recipes, in the shared file's order, then the guides'
+    whys.update((" ".join(d["why"].split()), []) for d in shared.values())
+    notes = []
+    for path in sorted(GUIDES.glob("*.yaml")):
+        guide = yaml.safe_load(path.read_text(encoding="utf-8"))
+        for entries in guide.get("differences", {}).values():
+            for entry in entries:
+                why = " ".join((shared[entry] if isinstance(entry, str) else entry)["why"].split())
+                recipes = whys.setdefault(why, [])
+                if guide["recipe"] not in recipes:
+                    recipes.append(guide["recipe"])
+        notes += [f"- `{guide['recipe']}`: {' '.join(note.split())}\n" for note in guide.get("notes", [])]
+    lines = [f"- {', '.join(f'`{r}`' for r in recipes)}: {why}\n" for why, recipes in whys.items() if recipes]
+    return (
+        HEADER.format(source="tests/fixtures/guides/*.yaml and tests/fixtures/guide-differences.yaml")
+        + "\n# Where the guides' commands and the plans differ\n\n"
+        + "Each difference between an llm-d guide's model-server command (its fixture in\n"
+        + "tests/fixtures/guides/) and the launcher's plan, with the recipes it applies to;\n"
+        + "`tests/unit/roles/test_golden_guides.py` fails on any other.\n\n"
+        + "".join(lines)
+        + "\n## Each guide's deployment\n\n"
+        + "".join(notes)
+    )
+
+
 GENERATED: dict[str, Callable[[], str]] = {
     "settings.md": settings_md,
     "exit-codes.md": exit_codes_md,
@@ -283,6 +320,7 @@ GENERATED: dict[str, Callable[[], str]] = {
     "recipe.schema.json": recipe_schema_json,
     "shutdown-budget.md": shutdown_budget_md,
     "catalogs.md": catalogs_md,
+    "guide-differences.md": guide_differences_md,
 }
 
 

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from launcher.contract.record import record
 from launcher.contract.redact import is_secret_flag
 
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -482,6 +483,19 @@ class GuideSource(_Data):
     )
 
 
+class KvPeer(_Data):
+    """A pool that exchanges KV with this file's pools but is written in another recipe file (deploy/
+    mounts one pool per file, so an edit rolls only its pool): what they must agree on
+    (kv_peer_mismatch). scripts/compile_recipes.py writes it into each such file from the whole recipe."""
+
+    store: bool = Field(False, description="It shares the Mooncake store (mooncake_store).")
+    nixl: bool = Field(False, description="It runs a NIXL side channel (nixl).")
+    hash_seed: str | None = Field(None, description="Its PYTHONHASHSEED (none: unset).")
+    block_size_flag: str = Field(description="Its engine's block (page) size flag, as in args.")
+    block_size: ArgValue = Field(None, description="That flag's value in its args (none: not given).")
+    model_path: str = Field(description="Its model.path.")
+
+
 class Recipe(_Data):
     name: str = Field(description="The recipe's name (lowercase letters, digits, '-', '.'); LLMD_RECIPE.")
     description: str = Field("", description="What the recipe deploys, for people.")
@@ -495,12 +509,19 @@ class Recipe(_Data):
     launcher: dict[str, Any] = Field(
         {}, description="Defaults for launcher settings (LLMD_*, without prefix); env and CLI override."
     )
+    kv_peers: dict[str, KvPeer] = Field(
+        {},
+        description="Pools of the same deployment in other recipe files that exchange KV with this "
+        "file's pools: checked against them as if one recipe held them all (generated).",
+    )
 
     @model_validator(mode="after")
     def _names(self) -> "Recipe":
         for name in (self.name, *self.pools):
             if not _NAME.match(name):
                 raise ValueError(f"{name!r} is not a valid name (lowercase letters, digits, '-', '.')")
+        if shared := sorted(set(self.kv_peers) & set(self.pools)):
+            raise ValueError(f"kv_peers {shared} are pools of this recipe: list only pools of other files")
         if self.default_pool not in self.pools:
             raise ValueError(
                 f"default_pool {self.default_pool!r} is not one of the pools {sorted(self.pools)}"
@@ -542,9 +563,39 @@ def optional_spec(pool: object, name: str) -> Any:
     return getattr(pool, name, None)
 
 
-# vLLM 0.32.0's NIXL connectors (vllm/distributed/kv_transfer/kv_connector/factory.py): each runs
-# the side-channel handshake listener.
-NIXL_CONNECTORS = ("NixlConnector", "NixlPullConnector", "NixlPushConnector")
+@record
+class KvConnector:
+    """What the launcher knows of one vLLM KV connector, by its --kv-transfer-config `kv_connector`
+    name. The one table (VLLM_CONNECTORS) sits beside VllmPool because the schema itself reads it (a
+    NIXL connector gets a `nixl:` section); roles/engines/vllm.py reads the rest."""
+
+    side_channel: bool = False  # runs NIXL's side-channel handshake listener
+    module: tuple[str, str] | None = None  # (the module it imports, its distribution), checked at start
+    counters: tuple[str, ...] = ()  # its KV-transfer counters on the API server's /metrics, relayed
+
+
+# vLLM 0.32.0 vllm/distributed/kv_transfer/kv_connector/factory.py. Modules: kv_connector/v1/mooncake/*
+# imports mooncake.*, vllm/distributed/nixl_utils.py nixl. Counters: v1/nixl/stats.py NixlPromMetrics
+# (failed transfers include handshake and notification failures), mooncake/store/metrics.py.
+VLLM_CONNECTORS = {
+    "NixlConnector": KvConnector(
+        side_channel=True,
+        module=("nixl", "nixl"),
+        counters=(
+            "vllm:nixl_num_failed_transfers_total",
+            "vllm:nixl_num_failed_notifications_total",
+            "vllm:nixl_num_kv_expired_reqs_total",
+            "vllm:nixl_xfer_time_seconds_count",
+        ),
+    ),
+    "NixlPullConnector": KvConnector(side_channel=True),
+    "NixlPushConnector": KvConnector(side_channel=True),
+    "MooncakeConnector": KvConnector(module=("mooncake", "mooncake-transfer-engine")),
+    "MooncakeStoreConnector": KvConnector(
+        module=("mooncake", "mooncake-transfer-engine"),
+        counters=("vllm:mooncake_store_operation_total", "vllm:mooncake_store_operation_failed_keys_total"),
+    ),
+}
 
 
 def transfer_connectors(config: object) -> list[dict[str, Any]]:
@@ -561,12 +612,18 @@ def transfer_connectors(config: object) -> list[dict[str, Any]]:
     return [config, *(c for child in children or [] for c in transfer_connectors(child))]
 
 
+def side_channel(connector: Mapping[str, Any]) -> bool:
+    """Whether one connector of a --kv-transfer-config runs NIXL's side channel."""
+    known = VLLM_CONNECTORS.get(str(connector.get("kv_connector")))
+    return known is not None and known.side_channel
+
+
 def names_nixl(args: object) -> bool:
     """Whether a pool's args (or an argv's --kv-transfer-config values) run a NIXL connector."""
     if not isinstance(args, dict):
         return False
     configs = [v for k, v in args.items() if isinstance(k, str) and flag_name(k) == "kv-transfer-config"]
-    return any(c.get("kv_connector") in NIXL_CONNECTORS for v in configs for c in transfer_connectors(v))
+    return any(side_channel(c) for v in configs for c in transfer_connectors(v))
 
 
 def flag_name(name: str) -> str:
@@ -584,25 +641,45 @@ def kv_peers(recipe: Recipe) -> dict[str, EnginePool]:
     }
 
 
+def kv_identities(recipe: Recipe) -> dict[str, KvPeer]:
+    """What each of the recipe's own KV-exchanging pools must agree on with the others (model_construct:
+    the pools are validated already, and the dry-run builds no second validator, tests/unit/repo)."""
+    return {
+        name: KvPeer.model_construct(
+            store=optional_spec(pool, "mooncake_store") is not None,
+            nixl=optional_spec(pool, "nixl") is not None,
+            hash_seed={**recipe.env, **pool.env}.get("PYTHONHASHSEED"),
+            block_size_flag=pool.block_size_flag,
+            block_size=pool.args.get(pool.block_size_flag),
+            model_path=recipe.model_for(pool).path,
+        )
+        for name, pool in kv_peers(recipe).items()
+    }
+
+
 def kv_peer_mismatch(recipe: Recipe) -> str | None:
     """The first fact two KV-exchanging pools disagree on, or None:
     - PYTHONHASHSEED (pools sharing the store): the store's keys are block hashes seeded by it
       (vLLM 0.32.0 vllm/v1/core/kv_cache_utils.py init_none_hash), so another seed never hits;
     - the block size (args.block-size): the store's keys and the KV-event hashes are per block;
     - the model path (pools with NIXL): NIXL's compatibility hash includes the model string, so the
-      handshake fails (vLLM 0.32.0 vllm/distributed/kv_transfer/kv_connector/v1/nixl/metadata.py)."""
-    peers = kv_peers(recipe)
-    store = {n: p for n, p in peers.items() if optional_spec(p, "mooncake_store") is not None}
-    nixl = {n: p for n, p in peers.items() if optional_spec(p, "nixl") is not None}
+      handshake fails (vLLM 0.32.0 vllm/distributed/kv_transfer/kv_connector/v1/nixl/metadata.py).
+    The recipe's kv_peers (pools written in other files) are checked as if they were its own."""
+    peers = {
+        **{f"pools.{n}": p for n, p in kv_identities(recipe).items()},
+        **{f"kv_peers.{n}": p for n, p in recipe.kv_peers.items()},
+    }
+    store = {n: p for n, p in peers.items() if p.store}
+    nixl = {n: p for n, p in peers.items() if p.nixl}
     blocks = "/".join(sorted({f"args.{p.block_size_flag}" for p in peers.values()}))
     facts: list[tuple[str, dict[str, object]]] = [
-        ("PYTHONHASHSEED", {n: {**recipe.env, **p.env}.get("PYTHONHASHSEED") for n, p in store.items()}),
-        (blocks, {n: p.args.get(p.block_size_flag) for n, p in peers.items()}),
-        ("model.path", {n: recipe.model_for(p).path for n, p in nixl.items()}),
+        ("PYTHONHASHSEED", {n: p.hash_seed for n, p in store.items()}),
+        (blocks, {n: p.block_size for n, p in peers.items()}),
+        ("model.path", {n: p.model_path for n, p in nixl.items()}),
     ]
     for what, values in facts:
         if len(set(map(repr, values.values()))) > 1:
-            shown = ", ".join(f"pools.{n}: {'unset' if v is None else repr(v)}" for n, v in values.items())
+            shown = ", ".join(f"{n}: {'unset' if v is None else repr(v)}" for n, v in values.items())
             return f"the pools that exchange KV disagree on {what} ({shown}): give them one value"
     return None
 

@@ -22,6 +22,18 @@ class RoleKind(str, Enum):
     SERVICE = "service"  # a standalone service pod (Mooncake master, donor)
 
 
+class PdRole(str, Enum):
+    """A pod's part in P/D disaggregation, whose work its step counters follow. The value is what the
+    dry-run prints and the `role` label of the launcher's P/D metrics (healthchecks/metrics.py)."""
+
+    DECODE = "decode"
+    PREFILL = "prefill"
+    BOTH = "prefill and decode"  # no P/D, kv_both, or a mix
+
+    def __str__(self) -> str:
+        return self.value
+
+
 @record
 class Role:
     """Which job this pod does, derived from the pool and the LWS env alone."""
@@ -161,7 +173,7 @@ class ProgressWatch:
     canary_seconds: float
     busy: tuple[str, ...] = ()  # its /metrics gauges of running and waiting requests: > 0 is busy
     covers: tuple[str, ...] = ()  # the group's headless pods whose stall this watch sees
-    role: str = "prefill and decode"  # the pod's part in P/D, whose work the counters follow
+    role: PdRole = PdRole.BOTH  # the pod's part in P/D, whose work the counters follow
     steps: StepWatch | None = None  # a busy engine's judge (None: busy time is not judged)
 
 
@@ -413,6 +425,7 @@ class HostNeeds:
     engine_versions: str | None = None  # the recipe pool's specifier (e.g. >=0.32,<0.34) preflight checks
     network: bool = False  # derive the interface that holds POD_IP
     host_ip_var: str | None = None  # the engine's own "my IP" variable, which holds POD_IP
+    ifname_vars: tuple[str, ...] = ()  # its transports' interface variables (gloo, NCCL), checked too
     shm_segments: tuple[str, ...] = ()  # regexes of the shared-memory files the engine leaves on a crash
     derived_env: tuple[DerivedEnv, ...] = ()
     rdma: RdmaNeed | None = None  # the plan names RDMA devices (None: it uses none)

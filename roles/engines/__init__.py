@@ -15,6 +15,8 @@ from roles.engines.sglang import SGLANG
 from roles.engines.vllm import VLLM
 
 FAMILIES: tuple[EngineFamily[Any], ...] = (VLLM, SGLANG, MOONCAKE)
+# Every env prefix an engine the launcher runs reads (EngineFamily.env_prefixes), each once.
+ENGINE_ENV_PREFIXES = tuple(dict.fromkeys(prefix for family in FAMILIES for prefix in family.env_prefixes))
 _BY_POOL: dict[type, EngineFamily[Any]] = {pool: family for family in FAMILIES for pool in family.pools}
 
 

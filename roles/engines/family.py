@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from launcher.contract.plan import (
     MemoryItem,
+    PdRole,
     PhasePattern,
     Plan,
     RdmaNeed,
@@ -62,9 +63,6 @@ class PhaseLines:
         return release(self.since) <= release(version) < release(self.before)
 
 
-DECODE, PREFILL, BOTH = "decode", "prefill", "prefill and decode"  # a pod's part in P/D (StepWatch.role)
-
-
 @record
 class StepSignals:
     """What moves on every step of an engine's scheduler, by the work the step does, read from its
@@ -76,13 +74,13 @@ class StepSignals:
     running: tuple[str, ...]  # gauges of the requests being stepped
     source: str
 
-    def signals(self, role: str) -> tuple[str, ...]:
+    def signals(self, role: PdRole) -> tuple[str, ...]:
         """The signals of the work a pod of this P/D role does."""
-        return {DECODE: self.decode, PREFILL: self.prefill}.get(role) or tuple(
+        return {PdRole.DECODE: self.decode, PdRole.PREFILL: self.prefill}.get(role) or tuple(
             dict.fromkeys((*self.decode, *self.prefill))
         )
 
-    def watch(self, role: str, seconds: float) -> StepWatch | None:
+    def watch(self, role: PdRole, seconds: float) -> StepWatch | None:
         """The pod's StepWatch (None when seconds is 0: busy time is not judged)."""
         if seconds <= 0:
             return None
@@ -108,6 +106,9 @@ class EngineFamily(Generic[P]):
     catalog_version: str = ""
     package: str | None = None  # the distribution the catalogues are generated from
     host_ip_var: str | None = None  # the engine's own "my IP" variable, set to POD_IP
+    # The prefixes of the env variables it and the libraries under it read (`<PREFIX>_...`): a Service
+    # link there is refused (service_links.py), a refusal naming one needs a new pod (parking.py).
+    env_prefixes: tuple[str, ...] = ()
     # --kv-transfer-config connector class -> (the module the engine imports for it, its package)
     connector_modules: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     busy_gauges: tuple[str, ...] = ()  # its /metrics gauges of running and waiting requests

@@ -149,4 +149,5 @@ MOONCAKE = EngineFamily[MooncakeMasterPool | MooncakeDonorPool](
     host_memory=host_memory,
     rdma=rdma_use,
     store_master=donor_master,
+    env_prefixes=("MOONCAKE", "MC"),  # MOONCAKE_CONFIG_PATH, MC_GID_INDEX and the transfer engine's MC_*
 )

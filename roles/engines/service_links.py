@@ -17,10 +17,8 @@ from collections.abc import Mapping
 
 from launcher.contract.errors import Problem
 from launcher.contract.plan import Plan
+from roles.engines import ENGINE_ENV_PREFIXES
 
-# The prefixes of what the engines the launcher runs read from their env: vLLM, SGLang (SGLANG_,
-# SGL_), Mooncake (MC_, MOONCAKE_), NIXL/UCX and NCCL under them.
-ENGINE_ENV_PREFIXES = ("VLLM", "SGLANG", "SGL", "MOONCAKE", "MC", "NIXL", "UCX", "NCCL")
 _ENGINE_PORT = re.compile(rf"({'|'.join(ENGINE_ENV_PREFIXES)})_[A-Z0-9_]*PORT")
 # The value the kubelet writes (envvars.go makeLink: protocol://IP:port, the protocol lower-cased).
 _LINK = re.compile(r"(tcp|udp|sctp)://\S+:\d+")

@@ -13,6 +13,7 @@ from launcher.contract.plan import (
     Canary,
     HttpCheck,
     MemoryItem,
+    PdRole,
     PhasePattern,
     Plan,
     PortSpec,
@@ -24,7 +25,7 @@ from launcher.contract.plan import (
 from roles.args import Arg, arg, flag_key
 from roles.context import BuildContext, owned_flags
 from roles.engines.disagg_sidecar import SIDECAR_OWNED, disagg_sidecar
-from roles.engines.family import BOTH, DECODE, PREFILL, EngineFamily, PhaseLines, StepSignals
+from roles.engines.family import EngineFamily, PhaseLines, StepSignals
 from roles.probes import completion_body, pooling_body
 from roles.sizes import size_of
 
@@ -112,10 +113,10 @@ def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
     )
 
 
-def pd_role(pool: SglangPool) -> str:
+def pd_role(pool: SglangPool) -> PdRole:
     """The pod's part in P/D: SGLang's --disaggregation-mode (prefill, decode; null: both)."""
     mode = {flag_key(k): v for k, v in pool.args.items()}.get("disaggregation-mode")
-    return {"decode": DECODE, "prefill": PREFILL}.get(str(mode), BOTH)
+    return {"decode": PdRole.DECODE, "prefill": PdRole.PREFILL}.get(str(mode), PdRole.BOTH)
 
 
 def _canary(pool: SglangPool, model: str) -> Canary:
@@ -157,6 +158,7 @@ SGLANG = EngineFamily(
     catalog_version="0.5.23",
     package="sglang",
     host_ip_var="SGLANG_HOST_IP",  # SGLang 0.5.23 srt/utils/network.py reads it, then HOST_IP
+    env_prefixes=("SGLANG", "SGL", "NCCL"),  # SGLang 0.5.23 sglang/srt/environ.py (SGLANG_, SGL_); NCCL
     # SGLang 0.5.23 srt/distributed/parallel_state.py in_the_same_node_as: a rank that can open rank
     # 0's /dev/shm segment is "on the same node" and reads the TP broadcast queue on 127.0.0.1.
     shm_across_pods="SGLang decides that TP ranks share a node by opening rank 0's /dev/shm segment, so "

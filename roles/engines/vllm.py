@@ -12,7 +12,14 @@ import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from launcher.config.recipe import VllmPool, as_engine_int, names_nixl, transfer_connectors
+from launcher.config.recipe import (
+    VLLM_CONNECTORS,
+    VllmPool,
+    as_engine_int,
+    names_nixl,
+    side_channel,
+    transfer_connectors,
+)
 from launcher.contract.errors import ConfigError
 from launcher.contract.phases import CAPTURING_GRAPHS, INITIALIZING, LOADING_WEIGHTS, STARTING_SERVER
 from launcher.contract.plan import (
@@ -23,6 +30,7 @@ from launcher.contract.plan import (
     KvEventsWatch,
     KvIdentity,
     MemoryItem,
+    PdRole,
     PhasePattern,
     Plan,
     PortSpec,
@@ -34,10 +42,10 @@ from launcher.contract.plan import (
     StoreMaster,
 )
 from roles import topology
-from roles.args import Arg, arg, args_from, flag_key, flatten, to_json
+from roles.args import Arg, arg, args_from, flag_key, flag_value, flatten, to_json
 from roles.context import BuildContext, owned_flags
 from roles.engines.disagg_sidecar import SIDECAR_OWNED, disagg_sidecar
-from roles.engines.family import BOTH, DECODE, PREFILL, EngineFamily, PhaseLines, StepSignals
+from roles.engines.family import EngineFamily, PhaseLines, StepSignals
 from roles.engines.mooncake import MOONCAKE_CONFIG_ENV, MOONCAKE_GID_ENV, mooncake_master
 from roles.engines.vllm_connectors import (
     kv_events_ipc,
@@ -128,7 +136,7 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
         )
     owned = {**_OWNED, **_KV_PEER_OWNED} if peer else _OWNED
     argv, notes = ctx.command([*SERVE, model.path], args, owned, VLLM.catalog)
-    if pool.nixl is None and names_nixl(_transfer_configs(argv)):
+    if pool.nixl is None and names_nixl({"kv-transfer-config": flag_value(argv, "--kv-transfer-config")}):
         raise ConfigError.one(
             "LLMD_EXTRA_ARGS",
             f"runs a NIXL connector (--kv-transfer-config) in pool {ctx.pool_name}, whose recipe does not: "
@@ -217,15 +225,10 @@ def kv_identity(engine: ProcessSpec) -> KvIdentity:
     (LLMD_EXTRA_ARGS and LLMD_EXTRA_ENV included). The seed is shown as a digest: a rule compares
     pods by it and nobody needs its value."""
     argv, seed = engine.argv, engine.env.get(_KV_PEER_ENV)
-    block: int | None = None
-    for i, token in enumerate(argv):
-        if token == _BLOCK_SIZE_FLAG and i + 1 < len(argv):
-            block = as_engine_int(argv[i + 1])
-        elif token.startswith(f"{_BLOCK_SIZE_FLAG}="):
-            block = as_engine_int(token.partition("=")[2])
+    block = flag_value(argv, _BLOCK_SIZE_FLAG)
     return KvIdentity(
         model=argv[len(SERVE)],
-        block_size=block,
+        block_size=None if block is None else as_engine_int(block),
         hash_seed="unset" if seed is None else hashlib.sha256(seed.encode()).hexdigest()[:12],
     )
 
@@ -417,44 +420,20 @@ def rdma_use(pool: VllmPool, where: str) -> RdmaNeed | None:
     )
 
 
-def _transfer_configs(argv: tuple[str, ...] | list[str]) -> dict[str, str]:
-    """The --kv-transfer-config values of an argv, as args (the last one wins, as in argparse)."""
-    found = {}
-    for i, token in enumerate(argv):
-        if flag_key(token) == "kv-transfer-config":
-            value = token.split("=", 1)[1] if "=" in token else (argv[i + 1] if i + 1 < len(argv) else "")
-            found["kv-transfer-config"] = value
-    return found
-
-
-def pd_role(pool: VllmPool) -> str:
+def pd_role(pool: VllmPool) -> PdRole:
     """The pod's part in P/D, from its connectors' kv_role: only consumers (decode) or only producers
     (prefill); kv_both, a mix or no connector does both."""
     configs = transfer_connectors(pool.args.get("kv-transfer-config", pool.args.get("kv_transfer_config")))
     roles = {str(c["kv_role"]) for c in configs if c.get("kv_role")}
     if len(roles) > 1:  # a MultiConnector: its NIXL child names the P/D part (kv_both saves and loads)
-        roles = {str(c.get("kv_role")) for c in configs if c.get("kv_connector") == "NixlConnector"}
-    return {frozenset({"kv_consumer"}): DECODE, frozenset({"kv_producer"}): PREFILL}.get(
-        frozenset(roles), BOTH
+        roles = {str(c.get("kv_role")) for c in configs if side_channel(c)}
+    return {frozenset({"kv_consumer"}): PdRole.DECODE, frozenset({"kv_producer"}): PdRole.PREFILL}.get(
+        frozenset(roles), PdRole.BOTH
     )
 
 
-# The KV-transfer counters each connector exposes on the API server's /metrics (vLLM 0.32.0
-# distributed/kv_transfer/kv_connector/v1/nixl/stats.py NixlPromMetrics: failed transfers include
-# handshake and notification failures; mooncake/store/metrics.py), and the connector prefix cache's
-# (v1/metrics/loggers.py: external_prefix_cache_*, tokens asked of and found by the connector).
-KV_TRANSFER_COUNTERS = {
-    "NixlConnector": (
-        "vllm:nixl_num_failed_transfers_total",
-        "vllm:nixl_num_failed_notifications_total",
-        "vllm:nixl_num_kv_expired_reqs_total",
-        "vllm:nixl_xfer_time_seconds_count",
-    ),
-    "MooncakeStoreConnector": (
-        "vllm:mooncake_store_operation_total",
-        "vllm:mooncake_store_operation_failed_keys_total",
-    ),
-}
+# The connector prefix cache's counters (vLLM 0.32.0 v1/metrics/loggers.py: external_prefix_cache_*,
+# tokens asked of and found by the connector), relayed beside a connector's own (VLLM_CONNECTORS).
 EXTERNAL_PREFIX_COUNTERS = (
     "vllm:external_prefix_cache_queries_total",
     "vllm:external_prefix_cache_hits_total",
@@ -464,7 +443,8 @@ EXTERNAL_PREFIX_COUNTERS = (
 def kv_transfer_counters(pool: VllmPool) -> tuple[str, ...]:
     """The counters the launcher relays for the pool's connectors (none without one)."""
     configs = transfer_connectors(pool.args.get("kv-transfer-config", pool.args.get("kv_transfer_config")))
-    names = [n for c in configs for n in KV_TRANSFER_COUNTERS.get(str(c.get("kv_connector")), ())]
+    known = [VLLM_CONNECTORS.get(str(c.get("kv_connector"))) for c in configs]
+    names = [n for c in known if c is not None for n in c.counters]
     return tuple(dict.fromkeys([*names, *EXTERNAL_PREFIX_COUNTERS])) if names else ()
 
 
@@ -497,12 +477,8 @@ VLLM = EngineFamily(
     catalog_version="0.32.0",
     package="vllm",
     host_ip_var="VLLM_HOST_IP",  # vllm/envs.py
-    # vLLM 0.32.0: kv_connector/v1/mooncake/* imports mooncake.*, vllm/distributed/nixl_utils.py nixl.
-    connector_modules={
-        "MooncakeStoreConnector": ("mooncake", "mooncake-transfer-engine"),
-        "MooncakeConnector": ("mooncake", "mooncake-transfer-engine"),
-        "NixlConnector": ("nixl", "nixl"),
-    },
+    env_prefixes=("VLLM", "NIXL", "UCX", "NCCL"),  # vllm/envs.py; its NIXL/UCX transfers and NCCL
+    connector_modules={name: c.module for name, c in VLLM_CONNECTORS.items() if c.module},
     # Every API server exposes these on /metrics (vLLM 0.32.0 vllm/v1/metrics/loggers.py).
     busy_gauges=("vllm:num_requests_running", "vllm:num_requests_waiting"),
     steps=StepSignals(

@@ -20,7 +20,7 @@ import yaml
 from launcher.config.recipe_file import builtin_recipe_text
 from tests.engines.conftest import build_tiny_model
 from tests.group.conftest import leftovers
-from tests.unit.roles.test_golden_guides import DIFFERENCES, FIXTURES, guide_argv, words
+from tests.unit.roles.test_golden_guides import FIXTURES, differences, guide_argv, words, words_of
 
 pytestmark = pytest.mark.group
 
@@ -62,12 +62,13 @@ def test_the_cpu_guide_serves_completions_with_the_guides_command(
     engine = run.engine(0)
     cmdline = engine.cmdline()
     ran = ["vllm", *cmdline[cmdline.index("serve") :]]
-    (pod_facts,) = yaml.safe_load((FIXTURES / f"{RECIPE}.yaml").read_text())["pods"].values()
+    fixture = yaml.safe_load((FIXTURES / f"{RECIPE}.yaml").read_text())
+    (pod_facts,) = fixture["pods"].values()
     guide = [str(tiny_model) if w == guide_model else w for w in guide_argv(pod_facts)]
-    expected = DIFFERENCES[(RECIPE, "decode")]
-    assert Counter(words(guide)) - Counter(words(ran)) == Counter(w for d in expected for w in d.guide)
-    assert Counter(words(ran)) - Counter(words(guide)) == Counter(
-        [*(w for d in expected for w in d.plan), *words(HARNESS_ARGS)]
+    expected = differences(fixture, "decode")
+    assert Counter(words(guide)) - Counter(words(ran)) == words_of(expected, "guide")
+    assert Counter(words(ran)) - Counter(words(guide)) == words_of(expected, "plan") + Counter(
+        words(HARNESS_ARGS)
     )
     environ = engine.environ()
     assert environ["VLLM_CPU_NUM_OF_RESERVED_CPU"] == pod_facts["env"]["VLLM_CPU_NUM_OF_RESERVED_CPU"]

@@ -5,47 +5,26 @@ test's own; both stop with exit 0."""
 
 from __future__ import annotations
 
-import re
 import time
+from collections.abc import Callable
 
 from tests.images.conftest import MOONCAKE_IMAGE, POD_IP, MakeContainer, planned
 from tests.images.podman import Container, podman
+from tests.mooncake_recipe import mooncake_recipe
+from tests.polling import wait_for
 
-RECIPE = (
-    "name: mooncake-test\n"
-    "model: {path: unused}\n"
-    "default_pool: master\n"
-    "pools:\n"
-    "  master:\n"
-    "    kind: mooncake-master\n"
-    "    port: 8700\n"
-    "    metrics_port: 9003\n"
-    "    http_metadata_port: 8080\n"
-    "    args: {rpc_address: 127.0.0.1, metrics_host: 127.0.0.1}\n"
-    "  donor:\n"
-    "    kind: mooncake-donor\n"
-    "    master: 127.0.0.1:8700\n"
-    "    metadata_server: http://127.0.0.1:8080/metadata\n"
-    "    protocol: tcp\n"
-    "    global_segment_size: 256MB\n"
-    "    port: 50052\n"
-    "    http_port: 9300\n"
-)
+RECIPE = mooncake_recipe()
 GET = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=5).read().decode())"
 
 
-def wait_for(pod: Container, url: str, pattern: str, timeout: float = 60) -> str:
-    """GET url inside the pod's network namespace until its body matches."""
-    deadline = time.monotonic() + timeout
-    text = ""
-    while time.monotonic() < deadline:
-        assert pod.state()["Running"], pod.logs()[-3000:]
+def get_in(pod: Container) -> Callable[[str], str | None]:
+    """GET inside the pod's network namespace (the test's own), by the pod's own python3."""
+
+    def get(url: str) -> str | None:
         done = pod.exec("python3", "-c", GET, url, timeout=30)
-        text = done.stdout
-        if done.returncode == 0 and re.search(pattern, text):
-            return text
-        time.sleep(0.5)
-    raise AssertionError(f"{url} never matched {pattern!r}; last: {text[:500]}\n{pod.logs()[-3000:]}")
+        return done.stdout if done.returncode == 0 else None
+
+    return get
 
 
 def test_plan_prints_the_master_pods_plan(container: MakeContainer) -> None:
@@ -72,7 +51,14 @@ def test_real_master_and_donor_register_and_stop_with_exit_0(
     master.wait_ready(timeout=60)
     donor.start()
     donor.wait_ready(timeout=60)
-    summary = wait_for(master, "http://127.0.0.1:9003/metrics/summary", r"/ 256\.00 MB.*Clients: 1")
+    summary = wait_for(
+        "http://127.0.0.1:9003/metrics/summary",
+        get_in(master),
+        lambda: bool(master.state()["Running"]),
+        master.logs,
+        r"/ 256\.00 MB.*Clients: 1",
+        timeout=60,
+    )
     print(summary.strip())
     assert "Mem Storage: 0 B / 256.00 MB" in summary
     for pod in (donor, master):

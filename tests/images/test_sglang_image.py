@@ -7,15 +7,9 @@ from __future__ import annotations
 
 from tests.images.conftest import POD, RUN_AS_IMAGE_USER, SGLANG_IMAGE, MakeContainer, planned
 from tests.images.podman import podman
+from tests.manifests import manifest_env
 
-MANIFEST_ENV = {  # deploy/kimi-k3.1-pro/tpu/tpu.yaml's env (the fieldRefs filled as the kubelet would)
-    "LLMD_POOL": "tpu",
-    "LLMD_GRACE_SECONDS": "90",
-    "POD_IP": "10.1.2.3",
-    "POD_NAME": "kimi-k3-1-tpu-0",
-    "POD_NAMESPACE": "llm-d",
-    "NODE_NAME": "tpu-node-1",
-}
+MANIFEST_ENV = manifest_env("deploy/kimi-k3.1-pro/tpu/tpu.yaml")
 BUILT = "/opt/llm-d-launcher/catalogs/sglang-server-0.5.23.json"  # `catalog build` in the Dockerfile
 
 

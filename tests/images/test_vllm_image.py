@@ -10,16 +10,9 @@ from pathlib import Path
 
 from tests.images.conftest import POD, RUN_AS_IMAGE_USER, VLLM_IMAGE, MakeContainer, planned
 from tests.images.podman import REPO, Container, podman
+from tests.manifests import manifest_env
 
-MANIFEST_ENV = {  # deploy/kimi-k3.1-pro/decode.yaml's env (the fieldRefs filled as the kubelet would)
-    "LLMD_POOL": "decode",
-    "LLMD_GPUS_PER_NODE": "4",
-    "LLMD_GRACE_SECONDS": "90",
-    "POD_IP": "10.1.2.3",
-    "POD_NAME": "kimi-k3-1-decode-0",
-    "POD_NAMESPACE": "llm-d",
-    "NODE_NAME": "gb300-node-1",
-}
+MANIFEST_ENV = manifest_env("deploy/kimi-k3.1-pro/decode.yaml")
 BUILT = "/opt/llm-d-launcher/catalogs/vllm-serve-0.32.0.json"  # `catalog build` in the Dockerfile
 
 

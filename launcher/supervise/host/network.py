@@ -8,7 +8,7 @@ import ipaddress
 import socket
 
 from launcher.contract.errors import Problem
-from launcher.contract.plan import IFNAME_PLACEHOLDER, Plan
+from launcher.contract.plan import IFNAME_PLACEHOLDER, HostNeeds, Plan
 
 
 def interfaces() -> dict[str, list[str]]:
@@ -58,11 +58,11 @@ def route_source(dest: str) -> str | None:
         return None
 
 
-def fix_for(host_ip_var: str | None) -> str:
-    also = f" and {host_ip_var}" if host_ip_var else ""
+def fix_for(needs: HostNeeds) -> str:
+    also = f" and {needs.host_ip_var}" if needs.host_ip_var else ""
     return (
-        "give the container POD_IP from fieldRef status.podIP, or set GLOO_SOCKET_IFNAME, NCCL_SOCKET_IFNAME"
-        f"{also} in the recipe env"
+        f"give the container POD_IP from fieldRef status.podIP, or set {', '.join(needs.ifname_vars)}{also} "
+        "in the recipe env"
     )
 
 
@@ -70,11 +70,11 @@ def check_network(plan: Plan) -> tuple[str | None, list[Problem]]:
     env = plan.engine.env
     host_ip_var = plan.needs.host_ip_var
     ip = env.get(host_ip_var) if host_ip_var else None
-    fix = fix_for(host_ip_var)
+    fix = fix_for(plan.needs)
     table = interfaces()
     shown = "; ".join(f"{n} {' '.join(a)}" for n, a in table.items())[:300]
     problems = []
-    for var in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+    for var in plan.needs.ifname_vars:
         value = env.get(var, IFNAME_PLACEHOLDER)
         # NCCL takes prefixes and ^exclusions; only a plain single name can be checked here.
         if value != IFNAME_PLACEHOLDER and value.isidentifier() and value not in table:
@@ -115,7 +115,7 @@ def check_network(plan: Plan) -> tuple[str | None, list[Problem]]:
                     f"on "
                     f"{ifname}: gloo and NCCL would bind one interface and be reached on another",
                     "fix the pod's routes (the leader's pod IP must be reachable through the POD_IP "
-                    "interface), or set GLOO_SOCKET_IFNAME/NCCL_SOCKET_IFNAME in the recipe env",
+                    f"interface), or set {'/'.join(plan.needs.ifname_vars)} in the recipe env",
                 )
             )
     return ifname, problems

@@ -1,7 +1,7 @@
-"""The how-to pages executed: docs/adding-an-engine.md and docs/adding-a-watcher.md are followed to the
-letter in a copy of the repository (their code blocks are the code written), and the tests that know
-every engine family and every watcher pass there. When a page and the code disagree (a signature, a
-required field, a step left out), this fails."""
+"""The how-to pages executed: docs/adding-an-engine.md, docs/adding-a-watcher.md and
+docs/adding-a-guide.md are followed to the letter in a copy of the repository (their code blocks are
+the code written), and the tests that know every engine family, watcher and guide pass there. When a
+page and the code disagree (a signature, a required field, a step left out), this fails."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 DOCS = ROOT / "docs"
@@ -156,12 +158,67 @@ def test_adding_a_watcher_as_the_page_says(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-4000:]
 
 
-def test_the_whole_unit_tier_passes_with_both_pages_followed(tmp_path: Path) -> None:
-    """What the pages promise in the end: with the new family and the new watcher in place, every check
-    of the unit tier passes (the pages' own test command), not only the tests that list them."""
+GUIDE_TESTS = [
+    "tests/unit/roles/test_golden_guides.py",
+    "tests/unit/config/test_recipe.py",
+    "tests/unit/config/test_builtin_recipes_compiled.py",
+    "tests/unit/repo/test_generated_docs.py",
+]
+
+
+def test_adding_a_guide_as_the_page_says(tmp_path: Path) -> None:
+    """Two files written, the generators run: the golden test plans the new guide's pod against its
+    fixture (and fails, naming the word, when the fixture's differences leave one out)."""
+    copy = copy_repository(tmp_path / "repo")
+    recipe, fixture = blocks("adding-a-guide.md", "yaml")
+    generate, test_command = blocks("adding-a-guide.md", "sh")
+    name = yaml.safe_load(recipe)["name"]
+    assert yaml.safe_load(fixture)["recipe"] == name
+    (copy / f"launcher/config/recipes/{name}.yaml").write_text(recipe)
+    (copy / f"tests/fixtures/guides/{name}.yaml").write_text(fixture)
+    compile_, generate_docs = (step.strip() for step in generate.split("&&"))
+    assert compile_ == ".venv/bin/python scripts/compile_recipes.py"
+    assert generate_docs == ".venv/bin/python scripts/generate_docs.py --write"
+    for script in (["scripts/compile_recipes.py"], ["scripts/generate_docs.py", "--write"]):
+        done = run(copy, *script)
+        assert done.returncode == 0, done.stderr[-2000:]
+    assert name in (copy / "docs/reference/guide-differences.md").read_text()
+    assert test_command.startswith("bash tests/check.sh && ") and "tests/unit/roles" in test_command
+    done = run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *GUIDE_TESTS)
+    assert done.returncode == 0, done.stdout[-4000:]
+    plan_only = "    - port\n"
+    edit(copy / f"tests/fixtures/guides/{name}.yaml", plan_only, "")
+    golden = ["-k", name, "tests/unit/roles/test_golden_guides.py"]
+    done = run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", *golden)
+    assert done.returncode == 1 and "--port=8000" in done.stdout, done.stdout[-4000:]
+
+
+def _tool(name: str) -> str:
+    """A console script of the project venv (ruff, mypy, lint-imports), beside this interpreter."""
+    return str(Path(sys.executable).with_name(name))
+
+
+def test_the_static_checks_and_generators_pass_with_both_pages_followed(tmp_path: Path) -> None:
+    """What the pages promise in the end: with the new family and the new watcher in place, the static
+    checks of the page's test command (tests/check.sh: ruff, mypy, the import contracts) pass on the
+        copy, and the generators find nothing to write (the two tests above ran the copy's own tests; the
+    whole unit tier in the copy took 80 s and added nothing those do not check)."""
     copy = copy_repository(tmp_path / "repo")
     follow_adding_an_engine(copy)
     follow_adding_a_watcher(copy)
-    whole_tier = ["tests/unit", "-m", "not fuzz", "--ignore=tests/unit/architecture/test_howto_pages.py"]
-    done = run(copy, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", *whole_tier)
-    assert done.returncode == 0, done.stdout[-4000:]
+    env = {**os.environ, "PYTHONPATH": str(copy), "PYTHONDONTWRITEBYTECODE": "1"}
+    checks = [  # the pasted blocks formatted as the editor does (a long union line, one import more)
+        [_tool("ruff"), "format", "--no-cache", "."],
+        [_tool("ruff"), "check", "--no-cache", "--fix", "--select", "I", "."],
+        [_tool("ruff"), "check", "--no-cache", "."],
+        [_tool("ruff"), "format", "--no-cache", "--check", "."],
+        [_tool("mypy"), "--cache-dir", str(tmp_path / "mypy")],
+        [_tool("lint-imports"), "--no-cache"],
+        [sys.executable, "scripts/generate_docs.py", "--check"],
+        [sys.executable, "scripts/compile_recipes.py"],
+    ]
+    for argv in checks:
+        done = subprocess.run(argv, cwd=copy, env=env, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{argv[0]}: {(done.stdout + done.stderr)[-4000:]}"
+    for compiled in (ROOT / "launcher/config/recipes").rglob("*.json"):
+        assert (copy / compiled.relative_to(ROOT)).read_text() == compiled.read_text(), compiled.name

@@ -8,10 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from launcher.config.recipe_file import RecipeSource, builtin_recipe_names, load_recipe
 from launcher.contract.errors import ConfigError
 from tests.unit.user_recipe import USER_RECIPE, engine
+
+GUIDE_FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "guides"
 
 
 def test_recipe_file_launcher_section_is_validated(run_cli: Any, tmp_path: Path) -> None:
@@ -39,17 +42,16 @@ def test_recipe_name_must_match_file(run_cli: Any, user_recipe: str) -> None:
 
 
 def test_builtin_recipes_are_data_for_more_than_kimi() -> None:
-    assert builtin_recipe_names() == [
-        "kimi-k3.1-pro",
-        "optimized-baseline-cpu-vllm",
-        "optimized-baseline-gpu-sglang",
-        "optimized-baseline-gpu-vllm",
-        "optimized-baseline-tpu-v7-vllm",
-        "pd-disaggregation-gpu-sglang",
-        "pd-disaggregation-gpu-vllm",
-        "vllm-single-pod",
-        "wide-ep-deepseek-v4",
-    ]
+    """Derived from the recipes' `guide:`: every guide fixture's recipe is built in and names the guide
+    (docs/adding-a-guide.md), and one recipe needs no guide at all."""
+    names = builtin_recipe_names()
+    guides = {n: load_recipe(RecipeSource(n, None)).guide for n in names}
+    fixtures = [yaml.safe_load(p.read_text()) for p in sorted(GUIDE_FIXTURES.glob("*.yaml"))]
+    assert len(fixtures) >= 7 and "kimi-k3.1-pro" in names
+    for fixture in fixtures:
+        guide = guides.get(fixture["recipe"])
+        assert guide is not None and guide.name == fixture["guide"], fixture["recipe"]
+    assert guides["vllm-single-pod"] is None
     single = load_recipe(RecipeSource("vllm-single-pod", None))
     assert list(single.pools) == ["serve"] and single.model.path == "Qwen/Qwen3-0.6B"
 

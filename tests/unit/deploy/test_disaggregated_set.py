@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.manifests import lws_env
 from tests.unit.deploy.test_manifests import (
     BASE,
     DISAGGREGATED_SET_CRD,
@@ -113,11 +114,7 @@ def _group_env(template: dict[str, Any], lws_name: str) -> dict[str, str]:
     return (
         pod_env(spec, spec["containers"][0])
         | downward
-        | {
-            "LWS_LEADER_ADDRESS": f"{lws_name}-0.{lws_name}.{NAMESPACE}",
-            "LWS_GROUP_SIZE": str(template["size"]),
-            "LWS_WORKER_INDEX": "0",
-        }
+        | lws_env(f"{lws_name}-0.{lws_name}.{NAMESPACE}", template["size"])
     )
 
 

@@ -16,7 +16,8 @@ from launcher.config.recipe_file import RecipeSource, load_recipe
 from launcher.config.settings import Settings
 from launcher.supervise.host import check_host
 from roles import FoundInPod, build_plan
-from tests.unit.deploy.test_manifests import COMPONENTS, OVERLAY, container_env, with_components
+from tests.manifests import container_env
+from tests.unit.deploy.test_manifests import COMPONENTS, OVERLAY, with_components
 from tests.unit.supervise.rdma_sysfs import make_tree, roce
 
 DONORS = COMPONENTS / "mooncake-donors"

@@ -20,7 +20,9 @@ from launcher.config.defaults import PROBE_PORT
 from launcher.config.recipe import parse_size
 from launcher.config.recipe_file import RecipeSource, builtin_recipe_names, load_recipe
 from launcher.config.settings import Settings
-from tests.unit.deploy.test_manifests import K8S_VERSION, container_env, kustomize, validate
+from tests.manifests import container_env
+from tests.manifests import lws_env as injected_by_lws
+from tests.unit.deploy.test_manifests import K8S_VERSION, kustomize, validate
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "guides"
@@ -152,12 +154,7 @@ def lws_env(set_name: str, role: str, size: int, worker: int) -> dict[str, str]:
     """What LWS gives a pod of the DisaggregatedSet's child LWS (<set>-<slice>-<revision>-<role>; the
     revision here an example) at one worker index: its name label, leader address, size, index."""
     child = f"{set_name}-0-5d8f7c9b-{role}"
-    return {
-        "LWS_NAME": child,
-        "LWS_LEADER_ADDRESS": f"{child}-0.{child}.llm-d",
-        "LWS_GROUP_SIZE": str(size),
-        "LWS_WORKER_INDEX": str(worker),
-    }
+    return {"LWS_NAME": child} | injected_by_lws(f"{child}-0.{child}.llm-d", size, worker)
 
 
 @pytest.mark.parametrize("directory", SETS, ids=[d.name for d in SETS])

@@ -19,7 +19,8 @@ import yaml
 
 from launcher.config.recipe import VllmPool
 from launcher.config.recipe_file import RecipeSource, load_recipe
-from tests.unit.deploy.test_manifests import GUIDE, ROOT, container_env, kustomize, validate
+from tests.manifests import container_env
+from tests.unit.deploy.test_manifests import GUIDE, ROOT, kustomize, validate
 
 # deploy/ directory -> the guide's GUIDE_NAME (Kimi: its excerpt's `export GUIDE_NAME=`; DeepSeek-V4:
 # llm-d/llm-d guides/models/deepseek-v4/README.md at a7922edc; P/D: guides/pd-disaggregation/README.md,

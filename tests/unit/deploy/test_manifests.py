@@ -29,9 +29,9 @@ from launcher.config.defaults import PROBE_PORT
 from launcher.config.recipe import MooncakeDonorPool, SglangPool, VllmPool, parse_size
 from launcher.config.recipe_file import RecipeSource, load_recipe
 from launcher.config.settings import Settings
-from roles.manifest import LWS_NAME_LABEL, worker_templates
-from roles.manifest import container_env as manifest_env
+from roles.manifest import worker_templates
 from roles.memory import pod_memory
+from tests.manifests import container_env, lws_env
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -50,8 +50,6 @@ K8S_VERSION = "1.33"
 # DRA objects (ResourceClaimTemplate) as resource.k8s.io/v1, GA in 1.34: GKE A4X Max needs 1.34.3 or later
 # (NVIDIA AICR docs/integrator/gke-a4x-max-networking.md, after GKE's A4X Max guide).
 DRA_K8S_VERSION = "1.34"
-# The pod a container's env is resolved for (the downward API's example values: roles/manifest.py).
-EXAMPLE_POD = {"metadata": {"labels": {LWS_NAME_LABEL: "kimi-k3-1-gpu-vllm-decode"}}}
 
 
 def kustomize(directory: Path) -> str:
@@ -201,12 +199,6 @@ def pod_templates(doc: dict[str, Any]) -> list[dict[str, Any]]:
     return [dict(t) for t in worker_templates(doc)]
 
 
-def container_env(container: dict[str, Any]) -> dict[str, str]:
-    """The env the container would see: literal values and downward-API fields (no secrets), as
-    `llm-d-launcher lint` resolves them (roles/manifest.py)."""
-    return manifest_env({"metadata": {"namespace": NAMESPACE}}, EXAMPLE_POD, container)
-
-
 HASHED = re.compile(r"^(?P<name>.+)-[a-z0-9]{10}$")  # a generated ConfigMap's name once rendered
 
 
@@ -298,7 +290,7 @@ def test_every_pod_plans_without_error(name: str, doc: dict[str, Any], run_cli: 
         size = doc["spec"]["leaderWorkerTemplate"]["size"]
         namespace = doc["metadata"]["namespace"]
         leader = f"{doc['metadata']['name']}-0.{doc['metadata']['name']}.{namespace}"
-        env |= {"LWS_LEADER_ADDRESS": leader, "LWS_GROUP_SIZE": str(size), "LWS_WORKER_INDEX": "0"}
+        env |= lws_env(leader, size)
         code, out, err = run_cli("plan", "--group", "--format", "json", env=env)
         assert code == 0, err
         assert '"ok": true' in out and out.count('"schema": "llm-d-launcher/plan/v2"') == size
@@ -361,9 +353,7 @@ def test_groups_match_the_recipe(file: str, pool: str, run_cli: Any) -> None:
     assert doc["spec"]["startupPolicy"] == "LeaderCreated"
     assert doc["spec"]["leaderWorkerTemplate"]["restartPolicy"] == "RecreateGroupOnPodRestart"
     container = pod_spec(doc)["containers"][0]
-    env = pod_env(pod_spec(doc), container) | {
-        "LWS_GROUP_SIZE": str(recipe_pool.nodes), "LWS_WORKER_INDEX": "0", "LWS_LEADER_ADDRESS": "10.64.0.1"
-    }  # fmt: skip
+    env = pod_env(pod_spec(doc), container) | lws_env("10.64.0.1", recipe_pool.nodes)
     code, out, err = run_cli("plan", "--format", "json", env=env)
     assert code == 0, err
     plan = json.loads(out)
@@ -385,9 +375,7 @@ def test_only_pods_that_serve_carry_the_serving_label(name: str, doc: dict[str, 
     """The router's InferencePool selects llm-d.ai/inference-serving: a headless worker selected would
     get requests it cannot answer. Each pod's plan says whether it has an API port."""
     templates = pod_templates(doc)
-    env = pod_env(pod_spec(doc), pod_spec(doc)["containers"][0]) | {
-        "LWS_LEADER_ADDRESS": "10.64.0.1", "LWS_GROUP_SIZE": str(len(templates)), "LWS_WORKER_INDEX": "0"
-    }  # fmt: skip
+    env = pod_env(pod_spec(doc), pod_spec(doc)["containers"][0]) | lws_env("10.64.0.1", len(templates))
     code, out, err = run_cli("plan", "--group", "--format", "json", env=env)
     assert code == 0, err
     plans = json.loads(out)["pods"]

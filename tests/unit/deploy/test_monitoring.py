@@ -717,6 +717,7 @@ def unserved_targets(monitor: dict[str, Any], run_cli: Any) -> list[str]:
     """Every target the PodMonitor makes (a pod whose container declares the endpoint's port name and
     that its relabelings keep) on a port the pod's plan does not listen on, one line per pod of every
     group (replicas x size)."""
+    from tests.manifests import lws_env
     from tests.unit.deploy.test_manifests import NAMESPACE, WORKLOADS, pod_env, pod_templates
 
     problems = []
@@ -726,8 +727,7 @@ def unserved_targets(monitor: dict[str, Any], run_cli: Any) -> list[str]:
         env = pod_env(spec, spec["containers"][0])
         if doc["kind"] == "LeaderWorkerSet":
             name = doc["metadata"]["name"]
-            env |= {"LWS_LEADER_ADDRESS": f"{name}-0.{name}.{NAMESPACE}",
-                    "LWS_GROUP_SIZE": str(len(templates)), "LWS_WORKER_INDEX": "0"}  # fmt: skip
+            env |= lws_env(f"{name}-0.{name}.{NAMESPACE}", len(templates))
             code, out, err = run_cli("plan", "--group", "--format", "json", env=env)
             plans, replicas = json.loads(out)["pods"], doc["spec"]["replicas"]
         else:

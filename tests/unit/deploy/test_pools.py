@@ -1,15 +1,16 @@
-"""One recipe ConfigMap per pool: an edit rolls only the pool it touches. Each pool's recipe file holds
-the built-in recipe's header and that pool alone (together they are the built-in recipe, so its
-cross-pool checks still hold); every pod plans exactly as it does with the built-in recipe; a
+"""One recipe ConfigMap per pool: an edit rolls only the pool it touches. Each pool's recipe file is
+generated from the built-in recipe (its header and that pool alone, and its KV peers' identity, so the
+whole recipe's cross-pool checks run on one file); every pod plans exactly as it does with the
+built-in recipe; a
 decode-only edit, rendered before and after with `kubectl kustomize`, changes decode's ConfigMap and
 LeaderWorkerSet and nothing else (not prefill, not the Mooncake master, not the donors); the master is
 replaced, never rolled beside itself."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -18,12 +19,12 @@ import pytest
 import yaml
 
 from launcher.config.recipe_file import builtin_recipe_text
+from tests.manifests import container_env, lws_env
 from tests.unit.deploy.test_manifests import (
     DOCS,
     HASHED,
     NAMESPACE,
     WORKLOADS,
-    container_env,
     kustomize,
     pod_env,
     pod_spec,
@@ -32,60 +33,56 @@ from tests.unit.deploy.test_manifests import (
 
 ROOT = Path(__file__).resolve().parents[3]
 RECIPE = "kimi-k3.1-pro"
-POOL_BLOCK = re.compile(r"(?m)^(?=  [a-z][a-z0-9.-]*:\n)")  # a pool's first line under `pools:`
+SCRIPT = ROOT / "scripts" / "compile_recipes.py"
 
 
-def split_recipe(text: str) -> tuple[str, dict[str, str]]:
-    """A recipe's text: what precedes `pools:`, and each pool's block as written (comments kept)."""
-    head, pools = text.split("\npools:\n", 1)
-    blocks = [b.rstrip("\n") for b in POOL_BLOCK.split(pools) if b.strip()]
-    return head, {b.split(":", 1)[0].strip(): b for b in blocks}
+def compile_recipes() -> Any:
+    """scripts/compile_recipes.py as a module: the generator of the one-pool files."""
+    spec = importlib.util.spec_from_file_location("compile_recipes", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def pool_file_problems(files: list[Path]) -> list[str]:
-    """Each file must be the built-in recipe's header (its default_pool: the file's own pool) and one
-    pool, word for word, and every pool of the built-in recipe must be in exactly one file."""
-    head, pools = split_recipe(builtin_recipe_text(RECIPE))
-    problems, seen = [], []
-    for path in files:
-        file_head, file_pools = split_recipe(path.read_text())
-        if len(file_pools) != 1:
-            problems.append(f"{path.name}: {len(file_pools)} pools, not one")
-            continue
-        ((pool, block),) = file_pools.items()
-        seen.append(pool)
-        if file_head != head.replace("default_pool: prefill", f"default_pool: {pool}"):
-            problems.append(f"{path.name}: the header differs from the built-in recipe's")
-        if block != pools.get(pool):
-            problems.append(f"{path.name}: pools.{pool} differs from the built-in recipe's")
-    if sorted(seen) != sorted(pools):
-        problems.append(f"pools {sorted(seen)} in the files, {sorted(pools)} in the built-in recipe")
-    return problems
+def test_the_pool_files_are_generated_from_the_built_in_recipe() -> None:
+    """Every recipe file a configMapGenerator of deploy/ mounts is one pool's file, as the generator
+    writes it now; every pool of the built-in recipe has one."""
+    script = compile_recipes()
+    files = script.POOL_FILES[RECIPE]
+    assert sorted(files) == sorted(split_pools(builtin_recipe_text(RECIPE)))
+    assert sorted(ROOT / f for f in files.values()) == sorted(p for _, p in recipe_generators().values())
+    drifted = [f for pool, f in files.items() if (ROOT / f).read_text() != script.pool_file(RECIPE, pool)]
+    assert drifted == [], "edit launcher/config/recipes/kimi-k3.1-pro.yaml, run scripts/compile_recipes.py"
 
 
-def test_the_pool_recipes_add_up_to_the_built_in_recipe() -> None:
-    """So the built-in recipe's load-time checks across pools (KV peers agree on seed, block size and
-    model; one store protocol) hold for what deploy/ mounts, one pool per ConfigMap."""
-    files = [path for _, path in recipe_generators().values()]
-    assert len(files) == 5  # prefill, decode, master (base); tpu (tpu/); donor (its component)
-    assert pool_file_problems(files) == []
+def split_pools(text: str) -> list[str]:
+    return list(compile_recipes().split_recipe(text)[1])
 
 
-def test_the_check_above_catches_a_drifted_or_doubled_pool_file(tmp_path: Path) -> None:
-    """The control: a changed flag in one pool's file, or a file holding two pools, is caught."""
-    files = [path for _, path in recipe_generators().values()]
-    copies = []
-    for path in files:
-        copies.append(tmp_path / path.relative_to(ROOT).as_posix().replace("/", "_"))
-        copies[-1].write_text(path.read_text())
-    (decode,) = [c for c in copies if c.name.endswith("recipes_decode.yaml")]
-    decode.write_text(decode.read_text().replace("max-num-seqs: 32", "max-num-seqs: 64"))
-    assert pool_file_problems(copies) == [
-        "deploy_kimi-k3.1-pro_recipes_decode.yaml: pools.decode differs from the built-in recipe's"
-    ]
-    both = tmp_path / "both.yaml"
-    both.write_text(builtin_recipe_text(RECIPE))
-    assert "both.yaml: 5 pools, not one" in pool_file_problems([*copies, both])
+@pytest.mark.parametrize(
+    ("old", "new", "what"),
+    [
+        ('PYTHONHASHSEED: "42"', 'PYTHONHASHSEED: "7"', "PYTHONHASHSEED"),
+        ("max-num-seqs: 32", "max-num-seqs: 32\n      block-size: 32", "args.block-size"),
+    ],
+    ids=["hash-seed", "block-size"],
+)
+def test_a_kv_identity_edit_in_one_shipped_pool_file_is_refused(
+    tmp_path: Path, old: str, new: str, what: str, run_cli: Any
+) -> None:
+    """The whole recipe's check across KV peers, on what deploy/ mounts: decode's file alone, edited to
+    disagree with prefill, plans rc 2 (it planned rc 0 before the files carried kv_peers), and the
+    unedited file plans."""
+    shipped = ROOT / compile_recipes().POOL_FILES[RECIPE]["decode"]
+    env = {"LLMD_POOL": "decode"} | lws_env("decode-0.decode.llm-d", 4)
+    edited = tmp_path / "recipe.yaml"
+    for text, refused in ((shipped.read_text(), False), (shipped.read_text().replace(old, new, 1), True)):
+        assert text.count(new if refused else old) >= 1
+        edited.write_text(text)
+        code, _, err = run_cli("plan", "--format", "json", env=env | {"LLMD_RECIPE_FILE": str(edited)})
+        assert (code, f"disagree on {what}" in err) == ((2, True) if refused else (0, False)), err
+        assert not refused or "kv_peers.prefill" in err
 
 
 @pytest.mark.parametrize(("name", "doc"), WORKLOADS, ids=[name for name, _ in WORKLOADS])
@@ -97,7 +94,7 @@ def test_every_pod_plans_as_with_the_built_in_recipe(name: str, doc: dict[str, A
     if doc["kind"] == "LeaderWorkerSet":
         size = doc["spec"]["leaderWorkerTemplate"]["size"]
         leader = f"{doc['metadata']['name']}-0.{doc['metadata']['name']}.{NAMESPACE}"
-        env |= {"LWS_LEADER_ADDRESS": leader, "LWS_GROUP_SIZE": str(size), "LWS_WORKER_INDEX": "0"}
+        env |= lws_env(leader, size)
         argv.append("--group")
     code, from_file, err = run_cli(*argv, env=env)
     assert code == 0, err

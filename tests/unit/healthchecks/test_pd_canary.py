@@ -12,7 +12,7 @@ import pytest
 
 from healthchecks.forward import ForwardWatcher
 from healthchecks.pd_canary import PdCanaryWatcher
-from launcher.contract.plan import PdCanary, ProgressSource, ProgressWatch
+from launcher.contract.plan import PdCanary, PdRole, ProgressSource, ProgressWatch
 from tests.ports import free_port
 from tests.unit.healthchecks.loopback import completion_canary, serve_engine
 from tests.unit.healthchecks.test_canary import BUSY, COUNTERS, KEY, Engine, Recorder, _exposition
@@ -78,7 +78,7 @@ def _pd_watch(engine: Engine, sidecar: Engine, seconds: float) -> tuple[PdCanary
         runners = [await serve_engine(engine, port), await serve_engine(sidecar, sidecar_port)]
         watch = ProgressWatch(
             (ProgressSource("engine", port),), COUNTERS, completion_canary(), 0.2, 0.5, busy=BUSY,
-            role="decode",
+            role=PdRole.DECODE,
         )  # fmt: skip
         log = Recorder()
         pd = PdCanary("10.64.1.10:8000", sidecar_port, tls=False)

@@ -1,6 +1,7 @@
 """Engine facts live in roles/engines/ (and the pool classes of the recipe schema): a string literal
-naming an engine anywhere else is a fact declared outside its family (docs/adding-an-engine.md).
-Docstrings and comments may name engines; code may not."""
+naming an engine, an env variable of an engine's prefix, a KV connector or a module a connector
+imports anywhere else is a fact declared outside its family (docs/adding-an-engine.md). Docstrings
+and comments may name them; code may not."""
 
 from __future__ import annotations
 
@@ -8,12 +9,16 @@ import ast
 import re
 from pathlib import Path
 
-from roles.engines import FAMILIES
+from launcher.config.recipe import VLLM_CONNECTORS
+from roles.engines import ENGINE_ENV_PREFIXES, FAMILIES
 
 ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ("launcher", "roles", "healthchecks")
-# Every registered family's name: a new engine is checked from the day it is registered.
+# Read from the registered families: a new engine is checked from the day it is registered.
 ENGINE_NAMES = re.compile("|".join(re.escape(family.name) for family in FAMILIES), re.IGNORECASE)
+_MODULES = {name for family in FAMILIES for pair in family.connector_modules.values() for name in pair}
+_NAMED = "|".join(map(re.escape, [*VLLM_CONNECTORS, *_MODULES]))  # connectors, the modules they import
+ENGINE_FACTS = re.compile(rf"\b(?:(?:{'|'.join(ENGINE_ENV_PREFIXES)})_[A-Z0-9_]+|{_NAMED})\b")
 # launcher/catalogs/generate.py runs inside the engines' interpreters and reads their parsers.
 HOME = ("roles/engines/", "launcher/config/recipe.py", "launcher/catalogs/generate.py")
 # file -> the literals allowed there, each with why.
@@ -49,7 +54,7 @@ def engine_literals(path: Path) -> list[tuple[int, str]]:
         if isinstance(node, ast.Constant)
         and isinstance(node.value, str)
         and id(node) not in skip
-        and ENGINE_NAMES.search(node.value)
+        and (ENGINE_NAMES.search(node.value) or ENGINE_FACTS.search(node.value))
     ]
 
 
@@ -77,8 +82,18 @@ def test_the_scan_sees_code_and_skips_docstrings(tmp_path: Path) -> None:
         '    return "VLLM_HOST_IP"\n'
         'TABLE = {"mooncake-master": 1}\n'
         'OK = "engine"\n'
+        'IFNAME = "NCCL_SOCKET_IFNAME"\n'
+        'CONNECTOR = "NixlConnector"\n'
+        'MODULE = "nixl"\n'
+        'NOT_A_PREFIX = "MCP_SERVER"\n'
     )
-    assert engine_literals(sample) == [(5, "VLLM_HOST_IP"), (6, "mooncake-master")]
+    assert sorted(engine_literals(sample)) == [
+        (5, "VLLM_HOST_IP"),
+        (6, "mooncake-master"),
+        (8, "NCCL_SOCKET_IFNAME"),
+        (9, "NixlConnector"),
+        (10, "nixl"),
+    ]
 
 
 def test_every_allowance_is_still_needed() -> None:

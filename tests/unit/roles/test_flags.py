@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from roles.args import split_extra_args
+from roles.args import flag_value, flag_values, split_extra_args
 from roles.flags import check_flags, load_catalog
 
 VLLM = load_catalog("vllm-serve", "0.32.0")
@@ -202,3 +202,23 @@ def test_an_unknown_flag_suggests_llmd_allow_flags() -> None:
         check_flags(VLLM, split_extra_args("--brand-new-flag 1", "X"), "X", allowed={"--brand-new-flag"})
         == []
     )
+
+
+def test_one_argv_reader_reads_a_flag_as_the_engines_parsers_do() -> None:
+    """Both spellings, `_` as `-`, every value in order (the engine keeps the last); a flag followed by
+    another flag, or last, gives none; a value that merely contains the name is no match."""
+    argv = [
+        "vllm",
+        "serve",
+        "m",
+        "--block_size",
+        "16",
+        "--enforce-eager",
+        "--block-size=32",
+        "--x",
+        "--block-size",
+    ]
+    assert flag_values(argv, "--block-size") == ["16", "32"]
+    assert flag_value(argv, "block_size") == "32"
+    assert flag_values(argv, "--enforce-eager") == []
+    assert flag_value(["--kv-transfer-config-x", "1"], "--kv-transfer-config") is None

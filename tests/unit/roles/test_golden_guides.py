@@ -1,8 +1,9 @@
 """Golden plans for the llm-d well-lit paths: each pod of each guide (its facts, with file and commit:
 tests/fixtures/guides/*.yaml) against the plan of the recipe that follows it, argv for argv and env for
 env. A guide pod whose command is shell is evaluated by bash with the pod's LWS env first, so its
-arithmetic and quoting are the guide's own. What differs must be listed below, each with its reason,
-and named in docs/recipes.md "Where the guide and the engines disagree"; anything else fails.
+arithmetic and quoting are the guide's own. What differs must be listed in the fixture (`differences:`, by
+pool; shared ones by name from tests/fixtures/guide-differences.yaml), each with why; anything else
+fails. docs/reference/guide-differences.md is generated from those whys.
 """
 
 from __future__ import annotations
@@ -21,92 +22,43 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "guides"
-DOC = ROOT / "docs" / "recipes.md"
-DISAGREE = "## Where the guide and the engines disagree"
+
+
+SHARED = yaml.safe_load((ROOT / "tests" / "fixtures" / "guide-differences.yaml").read_text())
+FIELDS = ("guide", "plan", "sidecar_guide", "sidecar_plan", "env_plan_only", "env_guide_only", "env_values")
 
 
 @dataclass(frozen=True)
 class Difference:
-    """Words only the guide's command has, words only the plan's has, and why."""
+    """Words only the guide's command has, words only the plan's has (the engine's, the sidecar's),
+    env names only one side sets or both set to other values, and why
+    (tests/fixtures/guide-differences.yaml says what each field holds)."""
 
     guide: tuple[str, ...]
     plan: tuple[str, ...]
+    sidecar_guide: tuple[str, ...]
+    sidecar_plan: tuple[str, ...]
+    env_plan_only: tuple[str, ...]
+    env_guide_only: tuple[str, ...]
+    env_values: tuple[str, ...]
     why: str
 
 
-GRACE = Difference(
-    ("--shutdown-timeout=45",),
-    ("--shutdown-timeout=48",),
-    "the launcher derives the drain from LLMD_GRACE_SECONDS=75 (the guide's terminationGracePeriodSeconds) "
-    "less its own deregistration (the guide's 15 s preStop sleep, capped at a sixth: 12 s), the teardown, "
-    "the sidecar window and its kill margin (ShutdownBudget)",
-)
-DEFAULT_GRACE = Difference(
-    (),
-    ("--shutdown-timeout=12",),
-    "the guide sets no drain and no grace period (Kubernetes' 30 s); the launcher drains in-flight "
-    "requests within it: 30 s less deregistration, teardown, sidecar window and kill margin",
-)
-TP_ALIAS = Difference(
-    ("--tensor-parallel-size=2",),
-    ("--tp-size=2",),
-    "SGLang's --tensor-parallel-size is an alias of --tp-size (one dest, tp_size), which the launcher writes",
-)
-PORT = Difference((), ("--port=8000",), "the launcher names the port it probes; vLLM's default, unchanged")
-READY_TIMEOUT = "VLLM_ENGINE_READY_TIMEOUT_S"  # raised to LLMD_STARTUP_SECONDS, so vLLM waits as long
-# The interface that holds POD_IP, for gloo and NCCL, and the pod's IP for vLLM: set on every vLLM pod.
-NETWORK = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "VLLM_HOST_IP"}
-SGLANG_NETWORK = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "SGLANG_HOST_IP"}
+def difference(entry: str | dict[str, Any]) -> Difference:
+    """A fixture's entry: a name in the shared file, or a difference of its own written the same way."""
+    data = SHARED[entry] if isinstance(entry, str) else entry
+    assert set(data) <= {*FIELDS, "why"} and data["why"], data
+    return Difference(**{f: tuple(data.get(f, ())) for f in FIELDS}, why=data["why"])
 
-NIXL_PORT = "VLLM_NIXL_SIDE_CHANNEL_PORT"  # vLLM's default (5600), written out: the launcher declares it
-SIDECAR_TARGET = Difference(
-    (),
-    ("--model-server-port=8200", "--data-parallel-size=1"),
-    "the launcher names the engine port behind the sidecar and the ranks it fronts; the guide relies on "
-    "the sidecar's defaults (8200, 1), which are the same values",
-)
 
-# (recipe, pod) -> the argv differences; the env differences are the plan-only names.
-DIFFERENCES: dict[tuple[str, str], list[Difference]] = {
-    ("optimized-baseline-cpu-vllm", "decode"): [GRACE, PORT],
-    ("optimized-baseline-gpu-vllm", "decode"): [DEFAULT_GRACE, PORT],
-    ("optimized-baseline-gpu-sglang", "decode"): [TP_ALIAS],
-    ("pd-disaggregation-gpu-sglang", "prefill"): [TP_ALIAS],
-    ("pd-disaggregation-gpu-sglang", "decode"): [TP_ALIAS],
-    ("pd-disaggregation-gpu-vllm", "prefill"): [DEFAULT_GRACE, PORT],
-    ("pd-disaggregation-gpu-vllm", "decode"): [DEFAULT_GRACE],
-    ("optimized-baseline-tpu-v7-vllm", "decode"): [GRACE],
-    ("wide-ep-deepseek-v4", "prefill"): [DEFAULT_GRACE],
-    ("wide-ep-deepseek-v4", "decode"): [DEFAULT_GRACE],
-}
-SIDECAR_DIFFERENCES: dict[tuple[str, str], list[Difference]] = {
-    ("pd-disaggregation-gpu-sglang", "decode"): [SIDECAR_TARGET],
-    ("pd-disaggregation-gpu-vllm", "decode"): [SIDECAR_TARGET],
-    ("wide-ep-deepseek-v4", "decode"): [SIDECAR_TARGET],
-}
-# The guide's script inputs (read by its shell arithmetic, not by vLLM): the launcher derives the values.
-SHELL_INPUTS: dict[tuple[str, str], set[str]] = {
-    ("wide-ep-deepseek-v4", "prefill"): {"DP_SIZE_LOCAL", "TP_SIZE"},
-    ("wide-ep-deepseek-v4", "decode"): {"DP_SIZE_LOCAL", "TP_SIZE", "MAX_TOKENS"},
-}
-# Set by both, to other values: the guide names eth0, the launcher the interface that holds POD_IP.
-IFNAMES = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}
-ENV_VALUE_DIFFERENCES: dict[tuple[str, str], set[str]] = {
-    ("wide-ep-deepseek-v4", "prefill"): IFNAMES,
-    ("wide-ep-deepseek-v4", "decode"): IFNAMES,
-}
-ENV_DIFFERENCES: dict[tuple[str, str], set[str]] = {
-    ("optimized-baseline-cpu-vllm", "decode"): {READY_TIMEOUT, *NETWORK},
-    ("optimized-baseline-gpu-vllm", "decode"): {READY_TIMEOUT, *NETWORK},
-    ("optimized-baseline-gpu-sglang", "decode"): SGLANG_NETWORK,
-    ("pd-disaggregation-gpu-sglang", "prefill"): SGLANG_NETWORK,
-    ("pd-disaggregation-gpu-sglang", "decode"): SGLANG_NETWORK,
-    ("pd-disaggregation-gpu-vllm", "prefill"): {READY_TIMEOUT, *NETWORK, NIXL_PORT},
-    ("pd-disaggregation-gpu-vllm", "decode"): {READY_TIMEOUT, *NETWORK, NIXL_PORT},
-    ("optimized-baseline-tpu-v7-vllm", "decode"): {READY_TIMEOUT, *NETWORK},
-    ("wide-ep-deepseek-v4", "prefill"): {READY_TIMEOUT, "VLLM_HOST_IP", NIXL_PORT},
-    ("wide-ep-deepseek-v4", "decode"): {READY_TIMEOUT, "VLLM_HOST_IP", NIXL_PORT},
-}
+def differences(data: dict[str, Any], pool: str) -> list[Difference]:
+    """What the guide fixture lists for its pods of one pool (every LWS worker of a role runs one
+    script, so the differences are the pool's)."""
+    return [difference(entry) for entry in data.get("differences", {}).get(pool, [])]
+
+
+def words_of(expected: list[Difference], field: str) -> Counter[str]:
+    return Counter(w for d in expected for w in getattr(d, field))
 
 
 def words(argv: list[str]) -> list[str]:
@@ -179,11 +131,6 @@ def guide_argv(pod: dict[str, Any]) -> list[str]:
     return argv
 
 
-def role_of(pod_name: str, pod: dict[str, Any]) -> str:
-    """What the differences are listed under: the pool (every LWS worker of a role runs one script)."""
-    return str(pod["pool"])
-
-
 def pod_plan(plan_json: Any, recipe: str, pod: dict[str, Any]) -> dict[str, Any]:
     env = {"LLMD_POOL": pod["pool"], "POD_IP": POD_IP, **pod["lws_env"]}
     plan: dict[str, Any] = plan_json("--recipe", recipe, env=env)
@@ -204,11 +151,9 @@ def test_the_plan_is_the_guides_command(
     guide, planned = words(guide_argv(pod)), words(process["argv"])
     program = list(itertools.takewhile(lambda w: not w.startswith("--"), guide))
     assert planned[: len(program)] == program  # the program (and vLLM's model), in order
-    expected = DIFFERENCES.get((recipe, role_of(pod_name, pod)), [])
-    only_guide = Counter(guide) - Counter(planned)
-    only_plan = Counter(planned) - Counter(guide)
-    assert only_guide == Counter(w for d in expected for w in d.guide)
-    assert only_plan == Counter(w for d in expected for w in d.plan)
+    expected = differences(data, pod["pool"])
+    assert Counter(guide) - Counter(planned) == words_of(expected, "guide")
+    assert Counter(planned) - Counter(guide) == words_of(expected, "plan")
 
 
 @pytest.mark.parametrize(("recipe", "data", "pod_name", "pod"), CASES, ids=[f"{c[0]}/{c[2]}" for c in CASES])
@@ -216,11 +161,11 @@ def test_the_plan_has_the_guides_env(
     plan_json: Any, recipe: str, data: dict[str, Any], pod_name: str, pod: dict[str, Any]
 ) -> None:
     env, expected = engine(pod_plan(plan_json, recipe, pod))["env"], guide_env(pod)
-    key = (recipe, role_of(pod_name, pod))
-    assert set(env) - set(expected) == ENV_DIFFERENCES.get(key, set())
-    assert set(expected) - set(env) == SHELL_INPUTS.get(key, set())
+    listed = differences(data, pod["pool"])
+    assert set(env) - set(expected) == set(words_of(listed, "env_plan_only"))
+    assert set(expected) - set(env) == set(words_of(listed, "env_guide_only"))
     differ = {k for k in set(env) & set(expected) if env[k] != expected[k]}
-    assert differ == ENV_VALUE_DIFFERENCES.get(key, set())
+    assert differ == set(words_of(listed, "env_values"))
     # A Secret's value comes from the pod's env (deploy/), never from the recipe or the plan.
     assert not set(pod.get("env_from_secret", {})) & set(env)
 
@@ -244,9 +189,9 @@ def test_the_plans_sidecar_is_the_guides(
     sidecar = pod["sidecar"]
     process = engine(pod_plan(plan_json, recipe, pod), sidecar["process"])
     guide, planned = go_words(sidecar["args"]), go_words(process["argv"][1:])
-    expected = SIDECAR_DIFFERENCES.get((recipe, role_of(pod_name, pod)), [])
-    assert Counter(guide) - Counter(planned) == Counter(w for d in expected for w in d.guide)
-    assert Counter(planned) - Counter(guide) == Counter(w for d in expected for w in d.plan)
+    expected = differences(data, pod["pool"])
+    assert Counter(guide) - Counter(planned) == words_of(expected, "sidecar_guide")
+    assert Counter(planned) - Counter(guide) == words_of(expected, "sidecar_plan")
     assert [p["port"] for p in process["ports"]] == [sidecar["port"]]
 
 
@@ -265,16 +210,19 @@ def test_the_recipe_cites_the_guide(
     assert getattr(pool, "replicas", 1) == pod.get("replicas", 1)
 
 
-def test_every_difference_is_documented() -> None:
-    section = DOC.read_text().split(DISAGREE, 1)[1].split("\n## ", 1)[0]
-    for recipe, _pod in DIFFERENCES:
-        assert f"`{recipe}`" in section, recipe
-    for difference in {d for ds in [*DIFFERENCES.values(), *SIDECAR_DIFFERENCES.values()] for d in ds}:
-        for word in (*difference.guide, *difference.plan):
-            assert f"`{word.split('=')[0]}`" in section, word
-    for names in [*ENV_DIFFERENCES.values(), *SHELL_INPUTS.values(), *ENV_VALUE_DIFFERENCES.values()]:
-        for name in names:
-            assert f"`{name}`" in section, name
+def test_every_shared_difference_is_used_and_documented() -> None:
+    """A shared difference no guide lists any more is dead; the page is generated from the whys
+    (scripts/generate_docs.py, docs/reference/guide-differences.md; its drift test keeps it current)."""
+    used = {
+        e
+        for _, data, _, _ in CASES
+        for es in data.get("differences", {}).values()
+        for e in es
+        if isinstance(e, str)
+    }
+    assert used == set(SHARED)
+    page = (ROOT / "docs" / "reference" / "guide-differences.md").read_text()
+    assert all(" ".join(SHARED[name]["why"].split()) in page for name in SHARED)
 
 
 def test_words_tell_apart_what_the_engines_would() -> None:
@@ -308,7 +256,7 @@ def test_the_sglang_decode_hicache_component_is_three_extra_args(plan_json: Any)
     env = {"LLMD_POOL": pod["pool"], "POD_IP": POD_IP, **pod["lws_env"], "LLMD_EXTRA_ARGS": " ".join(extra)}
     planned = words(engine(plan_json("--recipe", recipe, env=env))["argv"])
     guide = words(guide_argv(with_component))
-    expected = DIFFERENCES.get((recipe, "decode"), [])
-    assert Counter(guide) - Counter(planned) == Counter(w for d in expected for w in d.guide)
-    assert Counter(planned) - Counter(guide) == Counter(w for d in expected for w in d.plan)
+    expected = differences(data, "decode")
+    assert Counter(guide) - Counter(planned) == words_of(expected, "guide")
+    assert Counter(planned) - Counter(guide) == words_of(expected, "plan")
     assert set(words(extra)) <= set(planned)

@@ -11,12 +11,12 @@ from hypothesis import strategies as st
 from launcher.config.recipe_file import RecipeSource, validate_recipe
 from launcher.config.settings import Settings
 from roles import build_plan
+from roles.args import flag_values
 from roles.group import (
     check_agreement,
     check_group_ports,
     check_kv_events,
     check_ranks,
-    flag_values,
     plan_group,
 )
 
