@@ -34,8 +34,8 @@ Seconds = Annotated[float, Field(gt=0, allow_inf_nan=False)]
 # One engine flag: true -> --flag, false -> --no-flag, null -> omitted, mapping -> one compact JSON
 # argument, list -> the flag followed by each item, anything else -> its string form.
 ArgValue = bool | int | float | str | None | dict[str, Any] | list[Any]
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_NAME = re.compile(r"^[a-z0-9]([a-z0-9.-]*[a-z0-9])?$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # used with fullmatch
+_NAME = re.compile(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?")  # used with fullmatch
 
 
 def _plain(value: object) -> bool:
@@ -518,7 +518,7 @@ class Recipe(_Data):
     @model_validator(mode="after")
     def _names(self) -> "Recipe":
         for name in (self.name, *self.pools):
-            if not _NAME.match(name):
+            if not _NAME.fullmatch(name):
                 raise ValueError(f"{name!r} is not a valid name (lowercase letters, digits, '-', '.')")
         if shared := sorted(set(self.kv_peers) & set(self.pools)):
             raise ValueError(f"kv_peers {shared} are pools of this recipe: list only pools of other files")

@@ -187,3 +187,16 @@ def test_hybrid_load_balancing_is_one_data_parallel_mode(change: dict[str, objec
     with pytest.raises(ConfigError, match=re.escape(message)):
         validate_recipe({**data, "pools": pools}, source)
     validate_recipe(data, source)  # the recipe as shipped is valid
+
+
+@pytest.mark.parametrize("name", ["serve\n", "serve\r\n", "-serve", "Serve"])
+def test_a_pool_name_is_matched_whole(name: str) -> None:
+    """A pool name becomes a label value and a file name: `^...$` with re.match let a trailing newline
+    through (issue #40's full-match finding, the recipe's own names)."""
+    from launcher.config.recipe_file import RecipeSource, read_recipe, validate_recipe
+
+    source = RecipeSource("vllm-single-pod", None)
+    data = dict(read_recipe(source))
+    pools = {name: data["pools"]["serve"]}
+    with pytest.raises(ConfigError, match="is not a valid name"):
+        validate_recipe({**data, "pools": pools, "default_pool": name}, source)
