@@ -138,7 +138,8 @@ def _needs_text(needs: HostNeeds) -> list[str]:
         out.append(f"  {master.name} {master.rpc} and {where}: reachable (LLMD_STORE_MASTER_WAIT_SECONDS)")
     if needs.accelerators is not None:
         out.append(
-            f"  accelerators: the pod must see {needs.accelerators} device(s) (GPUs, or TPU chips x devices each)"
+            f"  accelerators: the pod must see {needs.accelerators} device(s)"
+            " (GPUs, or TPU chips x devices each)"
         )
     if needs.advisory:
         out.append(f"  advisory (warn, do not refuse): {', '.join(needs.advisory)}")
