@@ -175,6 +175,12 @@ def _add_plan(sub: _Commands) -> None:
     plan.add_argument(
         "--group", action="store_true", help="plan every pod of the LWS group and check the group as a whole"
     )
+    plan.add_argument(
+        "--engine-version",
+        metavar="X.Y.Z",
+        help="check the flags against this engine release's catalogue (default: the newest one the "
+        "pool's engine_versions admits, else the image's or the built-in default)",
+    )
 
 
 def _add_run(sub: _Commands) -> None:
@@ -330,10 +336,13 @@ def _cmd_plan(ns: argparse.Namespace) -> int:
     for problem in unknown_env(os.environ):
         say(problem.line("warning"))
     recipe = load_recipe(settings.recipe_source, name_given="recipe" in settings.model_fields_set)
+    from launcher.catalogs.shelf import load_shelf
+
+    shelf = load_shelf(settings.catalog_dir)
     if ns.group:
         from roles.group import command_line_problems, plan_group
 
-        report = plan_group(settings, recipe)
+        report = plan_group(settings, recipe, shelf, ns.engine_version)
         if problems := [p for plan in report.plans for p in command_line_problems(plan, os.environ)]:
             raise ConfigError(list(dict.fromkeys(problems)))  # every pod of a pool: one line
         sys.stdout.write(render.render_group(report, ns.format))
@@ -348,11 +357,10 @@ def _cmd_plan(ns: argparse.Namespace) -> int:
             )
         return 0
 
-    from launcher.catalogs.shelf import load_shelf
     from roles import build_plan
     from roles.group import command_line_problems, port_problems
 
-    plan = build_plan(settings, recipe, shelf=load_shelf(settings.catalog_dir))
+    plan = build_plan(settings, recipe, shelf=shelf, engine_version=ns.engine_version)
     if problems := port_problems(plan) + command_line_problems(plan, os.environ):
         raise ConfigError(problems)
     sys.stdout.write(render.render_plan(plan, ns.format))

@@ -8,12 +8,13 @@ from dataclasses import replace
 
 from launcher.config.recipe import Pool, Recipe
 from launcher.config.settings import Settings
+from launcher.contract.errors import ConfigError
 from launcher.contract.plan import DEREGISTER_SHARE, Plan, RdmaPort, ShutdownBudget, share_words
 from launcher.contract.record import record
 from launcher.contract.redact import is_secret_name
 from roles.context import BuildContext
 from roles.derive import derive_role
-from roles.flags import FlagCatalog, built_in_catalogs, choose_catalog
+from roles.flags import FlagCatalog, built_in_catalogs, catalog_warning, choose_catalog, version_key
 
 _REFERENCE = re.compile(r"\$\(\w+\)|\$\{\w+\}")  # $(VAR) or ${VAR}: a name, not the secret itself
 
@@ -37,10 +38,13 @@ def build_plan(
     group_member: int | None = None,
     found: FoundInPod = NOTHING_FOUND,
     shelf: Sequence[FlagCatalog] | None = None,
+    engine_version: str | None = None,
 ) -> Plan:
     """This pod's plan; with `group_member`, the plan of that pod of its LWS group. `found`: what the
     pod found out at run time, filled in here, in one place (launcher/run.py passes it). `shelf`: the
-    flag catalogues to choose from, the image's before the built-in ones (launcher/catalogs)."""
+    flag catalogues to choose from, the image's before the built-in ones (launcher/catalogs).
+    `engine_version`: the engine release to plan for (`plan --engine-version`), in place of the one
+    the pod finds installed."""
     in_pod = (
         settings
         if found.leader_ip is None
@@ -52,13 +56,23 @@ def build_plan(
 
     family = family_of(derived.pool)
     catalog = None
+    catalog_notes: list[str] = []
     if family.catalog is not None:
+        catalogs = built_in_catalogs() if shelf is None else shelf
+        wanted = getattr(derived.pool, "engine_versions", None)
+        if engine_version is not None:
+            known = sorted({c.version for c in catalogs if c.name == family.catalog}, key=version_key)
+            if engine_version not in known:
+                raise ConfigError.one(
+                    "--engine-version",
+                    f"{family.name} {engine_version} has no flag catalogue here",
+                    f"use one of {', '.join(known)}, or build its catalogue (llm-d-launcher catalog build)",
+                )
         catalog = choose_catalog(
-            built_in_catalogs() if shelf is None else shelf,
-            family.catalog,
-            found.engine_version,
-            family.catalog_version,
+            catalogs, family.catalog, engine_version or found.engine_version, family.catalog_version, wanted
         )
+        if warning := catalog_warning(catalog, derived.role.pool, wanted):
+            catalog_notes.append(warning)
     ctx = BuildContext(
         recipe=recipe,
         recipe_source=settings.recipe_source,
@@ -80,14 +94,14 @@ def build_plan(
         pd_canary_prefiller=settings.pd_canary_prefiller,
     )
     plan = family.build(ctx, derived.pool)
-    notes = _input_notes(settings, recipe, derived.pool, ctx.shutdown)
+    notes = [*catalog_notes, *_input_notes(settings, recipe, derived.pool, ctx.shutdown)]
     forward = plan.probes.forward
     if settings.pd_canary_prefiller is not None and (forward is None or forward.pd_canary is None):
         notes.append(
             "LLMD_PD_CANARY_PREFILLER is set but this pod sends no P/D canary: it needs a disagg sidecar "
             "in front of a serving engine and the forward-progress watch (LLMD_STALL_SECONDS > 0)"
         )
-    version = found.engine_version
+    version = engine_version or found.engine_version
     if version and family.startup_phases and family.phase_lines(version) is None:
         newest = family.startup_phases[-1]
         notes.append(

@@ -74,16 +74,49 @@ def built_in_catalogs() -> tuple[FlagCatalog, ...]:
 
 
 def choose_catalog(
-    shelf: Sequence[FlagCatalog], name: str, installed: str | None, default_version: str
+    shelf: Sequence[FlagCatalog],
+    name: str,
+    installed: str | None,
+    default_version: str,
+    wanted: str | None = None,
 ) -> FlagCatalog:
     """The catalogue of the engine version installed (a local label such as +cpu does not change the
     flags), the shelf's first (image-built) on a tie; without one, what the image built, else the
-    built-in default. A mismatch left over is preflight's warning (launcher/supervise/host/packages.py)."""
+    newest one the pool's `engine_versions` (`wanted`) admits, else the built-in default. A mismatch
+    left over is preflight's warning (launcher/supervise/host/packages.py) and catalog_warning's."""
     candidates = [c for c in shelf if c.name == name]
     release = installed.split("+")[0] if installed else None
     same = [c for c in candidates if c.version == release]
     built = [c for c in candidates if c.source != BUILT_IN]
-    return (same or built or [load_catalog(name, default_version)])[0]
+    admitted = sorted(admitted_by(wanted, candidates), key=lambda c: version_key(c.version), reverse=True)
+    return (same or built or admitted or [load_catalog(name, default_version)])[0]
+
+
+def admitted_by(wanted: str | None, catalogs: Sequence[FlagCatalog]) -> list[FlagCatalog]:
+    """The catalogues whose engine version a version specifier (a pool's engine_versions) admits."""
+    if wanted is None:
+        return []
+    from packaging.specifiers import SpecifierSet  # only a pool that states engine_versions pays
+
+    spec = SpecifierSet(wanted)
+    return [c for c in catalogs if spec.contains(c.version, prereleases=True)]
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """A release as numbers (0.5.22 after 0.5.3), for picking the newest catalogue."""
+    return tuple(int(part) if part.isdigit() else -1 for part in version.split("."))
+
+
+def catalog_warning(catalog: FlagCatalog, pool: str, wanted: str | None) -> str | None:
+    """A plan note when the catalogue the flags are checked against is outside the pool's
+    engine_versions: no built-in or image catalogue matches the release the recipe was written for."""
+    if wanted is None or admitted_by(wanted, [catalog]):
+        return None
+    return (
+        f"pool {pool}'s engine_versions {wanted!r} admits no flag catalogue here; its flags are checked "
+        f"against {catalog.label} ({catalog.source}), which its engine would not be: build the "
+        "engine's catalogue (llm-d-launcher catalog build) or choose one with plan --engine-version"
+    )
 
 
 # vLLM 0.33 pairs --enable-X with --disable-X (EnableDisableAction, vllm/utils/argparse_utils.py): its
