@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from launcher.config.recipe import Pool, Recipe
-from launcher.config.settings import Settings
+from launcher.config.settings import Settings, default_recipe_note
 from launcher.contract.errors import ConfigError
 from launcher.contract.plan import DEREGISTER_SHARE, Plan, RdmaPort, ShutdownBudget, share_words
 from launcher.contract.record import record
@@ -117,7 +117,8 @@ def build_plan(
 
 def _input_notes(settings: Settings, recipe: Recipe, pool: Pool, shutdown: ShutdownBudget) -> list[str]:
     """What the launcher changed or doubts in its inputs, said in the plan (and logged by `run`)."""
-    notes = [
+    notes = [note] if (note := default_recipe_note(settings)) else []
+    notes += [
         f"recipe env {name} holds a literal value under a secret's name: anyone who reads the recipe "
         f"(a ConfigMap, an image) reads it; remove it and give the pod {name} from a Secret "
         "(env valueFrom.secretKeyRef)"

@@ -219,8 +219,11 @@ def _check_one(catalog: FlagCatalog, item: Arg, setting: str, allowed: Collectio
         return None
     if not values:
         return None if info.get("optional") else Problem(setting, f"{head} needs a value", VALUE_FIX)
-    if kind == "list":
-        return None
+    if kind == "list":  # each item against the choices (SGLang's --lora-target-modules has them)
+        return next(
+            (p for v in values if (p := _check_value(catalog, head, "str", info.get("choices"), v, setting))),
+            None,
+        )
     if len(values) > 1:
         hint = "; write a JSON list as one quoted value" if kind.startswith("json") else ""
         return Problem(setting, f"{head} takes one value (got {len(values)}){hint}", VALUE_FIX)

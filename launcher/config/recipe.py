@@ -51,8 +51,28 @@ def _plain(value: object) -> bool:
     return False
 
 
+class BooleanWord(str):
+    """An unquoted yes/no/on/off in a recipe file: YAML 1.1 reads it as a boolean; kept as the word
+    written (launcher/config/recipe_yaml.py), so a number field that gets one echoes it."""
+
+    def as_bool(self) -> bool:
+        return self.lower() in ("yes", "on")
+
+
+def _booleans(value: Any) -> Any:
+    """An engine flag's value with YAML 1.1's yes/no/on/off as the booleans they always meant."""
+    if isinstance(value, BooleanWord):
+        return value.as_bool()
+    if isinstance(value, list):
+        return [_booleans(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _booleans(v) for k, v in value.items()}
+    return value
+
+
 def _check_args(args: dict[str, Any]) -> dict[str, ArgValue]:
     """Flag names without dashes, never a secret; values that render to argv and to strict JSON."""
+    args = _booleans(args)
     for flag, value in args.items():
         if flag.startswith("-"):
             raise ValueError(f"flag names are written without dashes: {flag!r} -> {flag.lstrip('-')!r}")
