@@ -227,7 +227,64 @@ def _check_one(catalog: FlagCatalog, item: Arg, setting: str, allowed: Collectio
     if len(values) > 1:
         hint = "; write a JSON list as one quoted value" if kind.startswith("json") else ""
         return Problem(setting, f"{head} takes one value (got {len(values)}){hint}", VALUE_FIX)
-    return _check_value(catalog, head, kind, info.get("choices"), values[0], setting)
+    return _check_value(catalog, head, kind, info.get("choices"), values[0], setting) or _check_rule(
+        catalog, head, kind, info, values[0], setting
+    )
+
+
+_BOUNDS = {
+    "gt": (float.__gt__, ">"),
+    "ge": (float.__ge__, ">="),
+    "lt": (float.__lt__, "<"),
+    "le": (float.__le__, "<="),
+}
+
+
+def _check_rule(
+    catalog: FlagCatalog, head: str, kind: str, info: dict[str, Any], value: str, setting: str
+) -> Problem | None:
+    """What the engine's own config classes validate beyond argparse, as its catalogue recorded it
+    (launcher/catalogs/generate.py): a number's bounds, a JSON config key's choices. Found here, not
+    after the image pull and scheduling on a GPU node."""
+    rule, keys = info.get("rule"), info.get("keys")
+    if kind.endswith("?") and value in ("", "None"):
+        return None
+    field = head.lstrip("-").replace("-", "_")
+    number = _plain_number(value) if rule and kind.rstrip("?") in ("int", "float", *SIZES) else None
+    if rule and number is not None:
+        for bound, limit in rule.items():
+            if bound in _BOUNDS and not _BOUNDS[bound][0](number, float(limit)):
+                return _broken(
+                    catalog, f"{head} {value}", f"{field} {_BOUNDS[bound][1]} {limit:g}", rule, setting
+                )
+    if keys and kind.startswith("json"):
+        config = json.loads(value)
+        for key, key_rule in keys.items():
+            given = config.get(key) if isinstance(config, dict) else None
+            if given is not None and "choices" in key_rule and str(given) not in key_rule["choices"]:
+                import difflib
+
+                close = difflib.get_close_matches(str(given), key_rule["choices"], n=1, cutoff=0.6)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                allowed = f"{key} one of {', '.join(key_rule['choices'])}"
+                return _broken(catalog, f"{head} {key} {str(given)[:40]!r}{hint}", allowed, key_rule, setting)
+    return None
+
+
+def _plain_number(value: str) -> float | None:
+    """A value written as a plain number (a suffixed size such as 8k is never below 1)."""
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _broken(catalog: FlagCatalog, what: str, requirement: str, rule: dict[str, Any], setting: str) -> Problem:
+    return Problem(
+        setting,
+        f"{what}: {catalog.label} requires {requirement} ({rule['source']})",
+        "fix the value: the engine refuses it at start-up, after the image pull and scheduling",
+    )
 
 
 def _unknown(catalog: FlagCatalog, head: str, base: str, setting: str) -> Problem:
