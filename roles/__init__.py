@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from launcher.config.recipe import Pool, Recipe
 from launcher.config.settings import Settings, default_recipe_note
@@ -39,12 +40,13 @@ def build_plan(
     found: FoundInPod = NOTHING_FOUND,
     shelf: Sequence[FlagCatalog] | None = None,
     engine_version: str | None = None,
+    model_config: Mapping[str, Any] | None = None,
 ) -> Plan:
     """This pod's plan; with `group_member`, the plan of that pod of its LWS group. `found`: what the
     pod found out at run time, filled in here, in one place (launcher/run.py passes it). `shelf`: the
     flag catalogues to choose from, the image's before the built-in ones (launcher/catalogs).
     `engine_version`: the engine release to plan for (`plan --engine-version`), in place of the one
-    the pod finds installed."""
+    the pod finds installed. `model_config`: the model's config.json (`plan --model-config`)."""
     in_pod = (
         settings
         if found.leader_ip is None
@@ -94,6 +96,15 @@ def build_plan(
         pd_canary_prefiller=settings.pd_canary_prefiller,
     )
     plan = family.build(ctx, derived.pool)
+    if model_config is not None and catalog is not None:
+        from roles.engines.model_config import model_config_problems
+
+        tp = getattr(derived.pool, "tensor_parallel", None) or 1
+        found_problems = model_config_problems(
+            model_config, family.name, catalog.version, plan.engine.argv, tp, "--model-config"
+        )
+        if found_problems:
+            raise ConfigError(found_problems)
     notes = [*catalog_notes, *_input_notes(settings, recipe, derived.pool, ctx.shutdown)]
     forward = plan.probes.forward
     if settings.pd_canary_prefiller is not None and (forward is None or forward.pd_canary is None):
