@@ -175,6 +175,18 @@ def _add_plan(sub: _Commands) -> None:
     plan.add_argument(
         "--group", action="store_true", help="plan every pod of the LWS group and check the group as a whole"
     )
+    plan.add_argument(
+        "--model-config",
+        metavar="FILE",
+        help="the model's config.json: refuse what it rules out (attention heads vs TP, the context "
+        "vs max_position_embeddings)",
+    )
+    plan.add_argument(
+        "--engine-version",
+        metavar="X.Y.Z",
+        help="check the flags against this engine release's catalogue (default: the newest one the "
+        "pool's engine_versions admits, else the image's or the built-in default)",
+    )
 
 
 def _add_run(sub: _Commands) -> None:
@@ -348,10 +360,13 @@ def _cmd_plan(ns: argparse.Namespace) -> int:
     for problem in unknown_env(os.environ):
         say(problem.line("warning"))
     recipe = load_recipe(settings.recipe_source, name_given="recipe" in settings.model_fields_set)
+    from launcher.catalogs.shelf import load_shelf
+
+    shelf = load_shelf(settings.catalog_dir)
     if ns.group:
         from roles.group import command_line_problems, plan_group
 
-        report = plan_group(settings, recipe)
+        report = plan_group(settings, recipe, shelf, ns.engine_version)
         if problems := [p for plan in report.plans for p in command_line_problems(plan, os.environ)]:
             raise ConfigError(list(dict.fromkeys(problems)))  # every pod of a pool: one line
         sys.stdout.write(render.render_group(report, ns.format))
@@ -366,16 +381,36 @@ def _cmd_plan(ns: argparse.Namespace) -> int:
             )
         return 0
 
-    from launcher.catalogs.shelf import load_shelf
     from roles import build_plan
     from roles.group import command_line_problems, port_problems
 
-    plan = build_plan(settings, recipe, shelf=load_shelf(settings.catalog_dir))
+    model_config = _model_config(ns.model_config) if ns.model_config else None
+    plan = build_plan(
+        settings, recipe, shelf=shelf, engine_version=ns.engine_version, model_config=model_config
+    )
     if problems := port_problems(plan) + command_line_problems(plan, os.environ):
         raise ConfigError(problems)
     sys.stdout.write(render.render_plan(plan, ns.format))
     _notes_to_stderr(plan.notes, ns.format)
     return 0
+
+
+def _model_config(path: str) -> dict[str, Any]:
+    """A model's config.json, one line when it cannot be read (a few KiB; bounded at 4 MiB)."""
+    import json
+
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read(4 << 20))
+    except (OSError, ValueError) as exc:
+        raise ConfigError.one(
+            "--model-config", f"cannot read {path!r} as JSON ({exc})"[:200], "give the model's config.json"
+        ) from None
+    if not isinstance(data, dict):
+        raise ConfigError.one(
+            "--model-config", f"{path!r} holds no JSON object", "give the model's config.json"
+        )
+    return data
 
 
 def _notes_to_stderr(notes: Sequence[str], fmt: str) -> None:

@@ -21,6 +21,7 @@ from launcher.contract.plan import (
     HostNeeds,
     HttpCheck,
     KvEventsWatch,
+    Parallelism,
     Plan,
     Probes,
     ProcessSpec,
@@ -52,6 +53,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
             "dp_ranks": None
             if ranks is None
             else {"start": ranks.start, "stop": ranks.stop, "size": role.dp_size},
+            "parallelism": None if role.parallelism is None else _parallelism_dict(role.parallelism),
         },
         "pod": {"name": plan.pod.name, "namespace": plan.pod.namespace, "node": plan.pod.node},
         "placeholders": list(plan.placeholders),
@@ -72,6 +74,17 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "kv_events": None if plan.kv_events is None else _kv_events_dict(plan.kv_events),
         "shutdown": _shutdown_dict(plan.shutdown),
         "host_needs": _needs_dict(plan.needs),
+    }
+
+
+def _parallelism_dict(layout: Parallelism) -> dict[str, Any]:
+    return {
+        "tensor": layout.tensor,
+        "pipeline": layout.pipeline,
+        "local_dp": layout.local_dp,
+        "devices_per_pod": layout.devices_per_pod,
+        "spans_pods": layout.spans_pods,
+        "text": layout.describe(),
     }
 
 
@@ -330,6 +343,8 @@ def _headline(plan: Plan) -> str:
 
 def render_text(plan: Plan, with_notes: bool = True) -> str:
     out = [f"# {_headline(plan)}"]
+    if plan.role.parallelism is not None:
+        out.append(f"# parallelism: {plan.role.parallelism.describe()}")
     if with_notes:
         out += [f"# note: {n}" for n in plan.notes]
     if plan.placeholders:

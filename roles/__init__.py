@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
+from typing import Any
 
 from launcher.config.recipe import Pool, Recipe
-from launcher.config.settings import Settings
+from launcher.config.settings import Settings, default_recipe_note
+from launcher.contract.errors import ConfigError
 from launcher.contract.plan import DEREGISTER_SHARE, Plan, RdmaPort, ShutdownBudget, share_words
 from launcher.contract.record import record
 from launcher.contract.redact import is_secret_name
 from roles.context import BuildContext
 from roles.derive import derive_role
-from roles.flags import FlagCatalog, built_in_catalogs, choose_catalog
+from roles.flags import FlagCatalog, built_in_catalogs, catalog_warning, choose_catalog, version_key
 
 _REFERENCE = re.compile(r"\$\(\w+\)|\$\{\w+\}")  # $(VAR) or ${VAR}: a name, not the secret itself
 
@@ -37,10 +39,14 @@ def build_plan(
     group_member: int | None = None,
     found: FoundInPod = NOTHING_FOUND,
     shelf: Sequence[FlagCatalog] | None = None,
+    engine_version: str | None = None,
+    model_config: Mapping[str, Any] | None = None,
 ) -> Plan:
     """This pod's plan; with `group_member`, the plan of that pod of its LWS group. `found`: what the
     pod found out at run time, filled in here, in one place (launcher/run.py passes it). `shelf`: the
-    flag catalogues to choose from, the image's before the built-in ones (launcher/catalogs)."""
+    flag catalogues to choose from, the image's before the built-in ones (launcher/catalogs).
+    `engine_version`: the engine release to plan for (`plan --engine-version`), in place of the one
+    the pod finds installed. `model_config`: the model's config.json (`plan --model-config`)."""
     in_pod = (
         settings
         if found.leader_ip is None
@@ -52,13 +58,23 @@ def build_plan(
 
     family = family_of(derived.pool)
     catalog = None
+    catalog_notes: list[str] = []
     if family.catalog is not None:
+        catalogs = built_in_catalogs() if shelf is None else shelf
+        wanted = getattr(derived.pool, "engine_versions", None)
+        if engine_version is not None:
+            known = sorted({c.version for c in catalogs if c.name == family.catalog}, key=version_key)
+            if engine_version not in known:
+                raise ConfigError.one(
+                    "--engine-version",
+                    f"{family.name} {engine_version} has no flag catalogue here",
+                    f"use one of {', '.join(known)}, or build its catalogue (llm-d-launcher catalog build)",
+                )
         catalog = choose_catalog(
-            built_in_catalogs() if shelf is None else shelf,
-            family.catalog,
-            found.engine_version,
-            family.catalog_version,
+            catalogs, family.catalog, engine_version or found.engine_version, family.catalog_version, wanted
         )
+        if warning := catalog_warning(catalog, derived.role.pool, wanted):
+            catalog_notes.append(warning)
     ctx = BuildContext(
         recipe=recipe,
         recipe_source=settings.recipe_source,
@@ -80,13 +96,22 @@ def build_plan(
         pd_canary_prefiller=settings.pd_canary_prefiller,
     )
     plan = family.build(ctx, derived.pool)
-    notes = _input_notes(settings, recipe, derived.pool, ctx.shutdown)
+    if model_config is not None and catalog is not None:
+        from roles.engines.model_config import model_config_problems
+
+        tp = getattr(derived.pool, "tensor_parallel", None) or 1
+        found_problems = model_config_problems(
+            model_config, family.name, catalog.version, plan.engine.argv, tp, "--model-config"
+        )
+        if found_problems:
+            raise ConfigError(found_problems)
+    notes = [*catalog_notes, *_input_notes(settings, recipe, derived.pool, ctx.shutdown)]
     if settings.pd_canary_prefiller is not None and plan.probes.pd_canary is None:
         notes.append(
             "LLMD_PD_CANARY_PREFILLER is set but this pod sends no P/D canary: it needs a disagg sidecar "
             "in front of a serving engine and the forward-progress watch (LLMD_STALL_SECONDS > 0)"
         )
-    version = found.engine_version
+    version = engine_version or found.engine_version
     if version and family.startup_phases and family.phase_lines(version) is None:
         newest = family.startup_phases[-1]
         notes.append(
@@ -104,7 +129,8 @@ def build_plan(
 
 def _input_notes(settings: Settings, recipe: Recipe, pool: Pool, shutdown: ShutdownBudget) -> list[str]:
     """What the launcher changed or doubts in its inputs, said in the plan (and logged by `run`)."""
-    notes = [
+    notes = [note] if (note := default_recipe_note(settings)) else []
+    notes += [
         f"recipe env {name} holds a literal value under a secret's name: anyone who reads the recipe "
         f"(a ConfigMap, an image) reads it; remove it and give the pod {name} from a Secret "
         "(env valueFrom.secretKeyRef)"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from launcher.config.recipe import EnginePool, Pool, Recipe
+from launcher.config.recipe import EnginePool, Pool, Recipe, gpu_count_mismatch
 from launcher.config.settings import Settings
 from launcher.contract.addresses import is_ip
 from launcher.contract.errors import ConfigError, Problem
@@ -124,26 +124,25 @@ def _engine_role(
     # TPU_WORKER_ID describes this pod, also while `plan --group` plans the others.
     own_index = settings.worker_index if settings.worker_index is not None else index
     problems += _tpu_problems(settings, own_index, group_size)
-    if settings.gpus_per_node is not None:
-        devices, why = pool.devices_per_pod()
-        if devices != settings.gpus_per_node:
-            problems.append(
-                Problem(
-                    "LLMD_GPUS_PER_NODE",
-                    f"is {settings.gpus_per_node} but pool {pool_name} needs {devices} per pod ({why})",
-                    f"change pools.{pool_name} parallelism or the pod's accelerator request",
-                )
+    layout = pool.parallelism()
+    if settings.gpus_per_node is not None and layout.devices_per_pod != settings.gpus_per_node:
+        problems.append(
+            Problem(
+                "LLMD_GPUS_PER_NODE",
+                f"is {gpu_count_mismatch(settings.gpus_per_node, layout, f'pool {pool_name}: ')}",
+                f"change pools.{pool_name} parallelism or the pod's accelerator request",
             )
+        )
     if problems:
         raise ConfigError(problems)
 
     if pool.local_ranks > 1:  # vLLM's layout data-parallel, the only one with several ranks per pod
         ranks = topology.dp_rank_range(index, pool.local_ranks)
         size = topology.dp_size(group_size, pool.local_ranks)
-        role = Role(pool_name, RoleKind.DP_RANKS, index, group_size, leader, ranks, size)
+        role = Role(pool_name, RoleKind.DP_RANKS, index, group_size, leader, ranks, size, layout)
     else:
         kind = RoleKind.LEADER if index == 0 else RoleKind.WORKER
-        role = Role(pool_name, kind, index, group_size, leader)
+        role = Role(pool_name, kind, index, group_size, leader, parallelism=layout)
     return role, _pod(settings, group_member is not None, placeholders, notes)
 
 

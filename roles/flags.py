@@ -74,16 +74,49 @@ def built_in_catalogs() -> tuple[FlagCatalog, ...]:
 
 
 def choose_catalog(
-    shelf: Sequence[FlagCatalog], name: str, installed: str | None, default_version: str
+    shelf: Sequence[FlagCatalog],
+    name: str,
+    installed: str | None,
+    default_version: str,
+    wanted: str | None = None,
 ) -> FlagCatalog:
     """The catalogue of the engine version installed (a local label such as +cpu does not change the
     flags), the shelf's first (image-built) on a tie; without one, what the image built, else the
-    built-in default. A mismatch left over is preflight's warning (launcher/supervise/host/packages.py)."""
+    newest one the pool's `engine_versions` (`wanted`) admits, else the built-in default. A mismatch
+    left over is preflight's warning (launcher/supervise/host/packages.py) and catalog_warning's."""
     candidates = [c for c in shelf if c.name == name]
     release = installed.split("+")[0] if installed else None
     same = [c for c in candidates if c.version == release]
     built = [c for c in candidates if c.source != BUILT_IN]
-    return (same or built or [load_catalog(name, default_version)])[0]
+    admitted = sorted(admitted_by(wanted, candidates), key=lambda c: version_key(c.version), reverse=True)
+    return (same or built or admitted or [load_catalog(name, default_version)])[0]
+
+
+def admitted_by(wanted: str | None, catalogs: Sequence[FlagCatalog]) -> list[FlagCatalog]:
+    """The catalogues whose engine version a version specifier (a pool's engine_versions) admits."""
+    if wanted is None:
+        return []
+    from packaging.specifiers import SpecifierSet  # only a pool that states engine_versions pays
+
+    spec = SpecifierSet(wanted)
+    return [c for c in catalogs if spec.contains(c.version, prereleases=True)]
+
+
+def version_key(version: str) -> tuple[int, ...]:
+    """A release as numbers (0.5.22 after 0.5.3), for picking the newest catalogue."""
+    return tuple(int(part) if part.isdigit() else -1 for part in version.split("."))
+
+
+def catalog_warning(catalog: FlagCatalog, pool: str, wanted: str | None) -> str | None:
+    """A plan note when the catalogue the flags are checked against is outside the pool's
+    engine_versions: no built-in or image catalogue matches the release the recipe was written for."""
+    if wanted is None or admitted_by(wanted, [catalog]):
+        return None
+    return (
+        f"pool {pool}'s engine_versions {wanted!r} admits no flag catalogue here; its flags are checked "
+        f"against {catalog.label} ({catalog.source}), which its engine would not be: build the "
+        "engine's catalogue (llm-d-launcher catalog build) or choose one with plan --engine-version"
+    )
 
 
 # vLLM 0.33 pairs --enable-X with --disable-X (EnableDisableAction, vllm/utils/argparse_utils.py): its
@@ -186,12 +219,72 @@ def _check_one(catalog: FlagCatalog, item: Arg, setting: str, allowed: Collectio
         return None
     if not values:
         return None if info.get("optional") else Problem(setting, f"{head} needs a value", VALUE_FIX)
-    if kind == "list":
-        return None
+    if kind == "list":  # each item against the choices (SGLang's --lora-target-modules has them)
+        return next(
+            (p for v in values if (p := _check_value(catalog, head, "str", info.get("choices"), v, setting))),
+            None,
+        )
     if len(values) > 1:
         hint = "; write a JSON list as one quoted value" if kind.startswith("json") else ""
         return Problem(setting, f"{head} takes one value (got {len(values)}){hint}", VALUE_FIX)
-    return _check_value(catalog, head, kind, info.get("choices"), values[0], setting)
+    return _check_value(catalog, head, kind, info.get("choices"), values[0], setting) or _check_rule(
+        catalog, head, kind, info, values[0], setting
+    )
+
+
+_BOUNDS = {
+    "gt": (float.__gt__, ">"),
+    "ge": (float.__ge__, ">="),
+    "lt": (float.__lt__, "<"),
+    "le": (float.__le__, "<="),
+}
+
+
+def _check_rule(
+    catalog: FlagCatalog, head: str, kind: str, info: dict[str, Any], value: str, setting: str
+) -> Problem | None:
+    """What the engine's own config classes validate beyond argparse, as its catalogue recorded it
+    (launcher/catalogs/generate.py): a number's bounds, a JSON config key's choices. Found here, not
+    after the image pull and scheduling on a GPU node."""
+    rule, keys = info.get("rule"), info.get("keys")
+    if kind.endswith("?") and value in ("", "None"):
+        return None
+    field = head.lstrip("-").replace("-", "_")
+    number = _plain_number(value) if rule and kind.rstrip("?") in ("int", "float", *SIZES) else None
+    if rule and number is not None:
+        for bound, limit in rule.items():
+            if bound in _BOUNDS and not _BOUNDS[bound][0](number, float(limit)):
+                return _broken(
+                    catalog, f"{head} {value}", f"{field} {_BOUNDS[bound][1]} {limit:g}", rule, setting
+                )
+    if keys and kind.startswith("json"):
+        config = json.loads(value)
+        for key, key_rule in keys.items():
+            given = config.get(key) if isinstance(config, dict) else None
+            if given is not None and "choices" in key_rule and str(given) not in key_rule["choices"]:
+                import difflib
+
+                close = difflib.get_close_matches(str(given), key_rule["choices"], n=1, cutoff=0.6)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                allowed = f"{key} one of {', '.join(key_rule['choices'])}"
+                return _broken(catalog, f"{head} {key} {str(given)[:40]!r}{hint}", allowed, key_rule, setting)
+    return None
+
+
+def _plain_number(value: str) -> float | None:
+    """A value written as a plain number (a suffixed size such as 8k is never below 1)."""
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
+def _broken(catalog: FlagCatalog, what: str, requirement: str, rule: dict[str, Any], setting: str) -> Problem:
+    return Problem(
+        setting,
+        f"{what}: {catalog.label} requires {requirement} ({rule['source']})",
+        "fix the value: the engine refuses it at start-up, after the image pull and scheduling",
+    )
 
 
 def _unknown(catalog: FlagCatalog, head: str, base: str, setting: str) -> Problem:

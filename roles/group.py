@@ -20,12 +20,22 @@ from roles import build_plan
 from roles.args import flag_values
 from roles.derive import select_pool
 from roles.engines.service_links import service_link_problems
+from roles.flags import FlagCatalog
 
 
-def plan_group(settings: Settings, recipe: Recipe) -> GroupReport:
+def plan_group(
+    settings: Settings,
+    recipe: Recipe,
+    shelf: Sequence[FlagCatalog] | None = None,
+    engine_version: str | None = None,
+) -> GroupReport:
+    """shelf, engine_version: as build_plan's."""
     _, pool = select_pool(settings, recipe)
     size = settings.group_size if settings.group_size is not None else pool.nodes
-    plans = tuple(build_plan(settings, recipe, group_member=i) for i in range(size))
+    plans = tuple(
+        build_plan(settings, recipe, group_member=i, shelf=shelf, engine_version=engine_version)
+        for i in range(size)
+    )
     checks = []
     for name, check in GROUP_CHECKS:
         try:
@@ -165,7 +175,8 @@ def command_line_problems(plan: Plan, env: Mapping[str, str]) -> list[Problem]:
 
 _LEADER_FLAGS = ("--master-addr", "--data-parallel-address", "--dist-init-addr")
 _SIZE_FLAGS = (
-    "--nnodes", "--data-parallel-size", "--tensor-parallel-size", "--tp-size", "--data-parallel-rpc-port",
+    "--nnodes", "--data-parallel-size", "--tensor-parallel-size", "--tp-size",
+    "--pipeline-parallel-size", "--pp-size", "--data-parallel-rpc-port",
     "--master-port",
 )  # fmt: skip
 

@@ -192,7 +192,8 @@ def _accelerators(pod: ManifestPod, settings: Settings, pool: Pool, plan: Plan) 
         return []
     if pool.gpus_per_node is None and settings.gpus_per_node is None and not count:
         return []  # a CPU pool
-    devices, why = pool.devices_per_pod()
+    layout = pool.parallelism()
+    devices, why = layout.devices_per_pod, layout.describe()
     per_chip = DEVICES_PER_TPU_CHIP.get(str((pod.spec.get("nodeSelector") or {}).get(TPU_LABEL)), 1)
     per_unit = per_chip if name == "google.com/tpu" else 1
     if count is not None and count * per_unit == devices:

@@ -96,7 +96,7 @@ def accelerators(pool: Pool, gpus_per_node: int | None) -> int | None:
     recipe's gpus_per_node or LLMD_GPUS_PER_NODE says it holds any; None for a CPU pool or a service."""
     if not isinstance(pool, EnginePool) or (pool.gpus_per_node is None and gpus_per_node is None):
         return None
-    return pool.devices_per_pod()[0]
+    return pool.parallelism().devices_per_pod
 
 
 def _network_env(

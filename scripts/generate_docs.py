@@ -272,7 +272,10 @@ def catalogs_md() -> str:
         + "An engine no catalogue matches logs a warning at preflight; `LLMD_ALLOW_FLAGS` lets named\n"
         + "unknown flags through, every other check stays. A recipe `false` switch is written the way\n"
         + "the catalogue in use turns it off: `--no-X`, or the other half of vLLM 0.33's\n"
-        + "`--enable-X`/`--disable-X` pairs ([recipes.md](../recipes.md#engine-versions)).\n\n"
+        + "`--enable-X`/`--disable-X` pairs ([recipes.md](../recipes.md#engine-versions)). A vLLM\n"
+        + "catalogue also records what its pydantic config classes validate beyond argparse (a flag's\n"
+        + "`rule`: bounds such as `gpu_memory_utilization <= 1`; a JSON flag's `keys`: `kv_role`'s\n"
+        + "choices), each with its source file:line, refused at `plan`.\n\n"
         + _table(("catalogue", "engine command", "engine version", "flags"), rows)
     )
 

@@ -77,7 +77,66 @@ def vllm_serve() -> dict[str, Any]:
     data = catalog(make_arg_parser(FlexibleArgumentParser()), "vllm serve", version, underscores=True)
     # FlexibleArgumentParser rewrites -O<level> / -O <level> before argparse sees it.
     data["flags"]["-O"] = {"value": "str"}
+    vllm_rules(data["flags"])
     return data
+
+
+# The vLLM config classes whose fields are `vllm serve` flags of the same name (vllm/engine/arg_utils.py
+# EngineArgs.add_cli_args), and the JSON-valued flags whose keys are a config class's fields.
+VLLM_FLAG_CONFIGS = (
+    "CacheConfig",
+    "SchedulerConfig",
+    "ModelConfig",
+    "ParallelConfig",
+    "LoadConfig",
+    "LoRAConfig",
+)
+VLLM_JSON_CONFIGS = {"--kv-transfer-config": "KVTransferConfig"}
+BOUNDS = ("gt", "ge", "lt", "le")
+
+
+def field_rule(cls: type, name: str, info: Any, root: str) -> dict[str, Any]:
+    """What pydantic validates of one config field beyond its type: its bounds (Field(ge=..)) and a
+    Literal's choices, with where the engine declares it (file:line under the package)."""
+    import inspect
+    import typing
+
+    rule: dict[str, Any] = {}
+    for meta in info.metadata:
+        rule.update({k: v for k in BOUNDS if (v := getattr(meta, k, None)) is not None})
+    literal = [
+        a
+        for a in (info.annotation, *typing.get_args(info.annotation))
+        if typing.get_origin(a) is typing.Literal
+    ]
+    if literal:
+        rule["choices"] = sorted(str(c) for c in typing.get_args(literal[0]))
+    if rule:
+        lines, first = inspect.getsourcelines(cls)
+        line = first + next((i for i, text in enumerate(lines) if text.strip().startswith(f"{name}:")), 0)
+        path = inspect.getsourcefile(cls) or ""
+        rule["source"] = f"{path[path.rindex(root) :]}:{line}" if root in path else path
+    return rule
+
+
+def vllm_rules(flags: dict[str, dict[str, Any]]) -> None:
+    """Each flag's pydantic rule (a range, a JSON key's choices) into its catalogue entry."""
+    import vllm.config as configs
+
+    for cls_name in VLLM_FLAG_CONFIGS:
+        cls = getattr(configs, cls_name)
+        for name, info in cls.__pydantic_fields__.items():
+            flag = "--" + name.replace("_", "-")
+            if flag in flags and (rule := field_rule(cls, name, info, "vllm/")):
+                if "choices" in rule and "choices" in flags[flag]:
+                    del rule["choices"]  # argparse checks them already
+                if set(rule) - {"source"}:
+                    flags[flag] = {**flags[flag], "rule": rule}
+    for flag, cls_name in VLLM_JSON_CONFIGS.items():
+        cls = getattr(configs, cls_name)
+        keys = {n: r for n, i in cls.__pydantic_fields__.items() if (r := field_rule(cls, n, i, "vllm/"))}
+        if flag in flags and keys:
+            flags[flag] = {**flags[flag], "keys": keys}
 
 
 def sglang_server() -> dict[str, Any]:

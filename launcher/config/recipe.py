@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from launcher.contract.plan import Parallelism
 from launcher.contract.record import record
 from launcher.contract.redact import is_secret_flag
 
@@ -51,8 +52,28 @@ def _plain(value: object) -> bool:
     return False
 
 
+class BooleanWord(str):
+    """An unquoted yes/no/on/off in a recipe file: YAML 1.1 reads it as a boolean; kept as the word
+    written (launcher/config/recipe_yaml.py), so a number field that gets one echoes it."""
+
+    def as_bool(self) -> bool:
+        return self.lower() in ("yes", "on")
+
+
+def _booleans(value: Any) -> Any:
+    """An engine flag's value with YAML 1.1's yes/no/on/off as the booleans they always meant."""
+    if isinstance(value, BooleanWord):
+        return value.as_bool()
+    if isinstance(value, list):
+        return [_booleans(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _booleans(v) for k, v in value.items()}
+    return value
+
+
 def _check_args(args: dict[str, Any]) -> dict[str, ArgValue]:
     """Flag names without dashes, never a secret; values that render to argv and to strict JSON."""
+    args = _booleans(args)
     for flag, value in args.items():
         if flag.startswith("-"):
             raise ValueError(f"flag names are written without dashes: {flag!r} -> {flag.lstrip('-')!r}")
@@ -296,6 +317,12 @@ class EnginePool(_Data):
     router: RouterSpec | None = Field(None, description="What the llm-d router in front of the pool expects.")
 
     tensor_parallel: Count | None = Field(None, description="Tensor-parallel size of one engine.")
+    pipeline_parallel: Count | None = Field(
+        None,
+        description="Pipeline-parallel stages of one engine (vLLM --pipeline-parallel-size, SGLang "
+        "--pp-size). Over several pods, TP stays within each pod and the stages go across the pods "
+        "when TP x PP / nodes is a multiple of TP (docs/recipes.md).",
+    )
     host: HostSpec = Field(default_factory=HostSpec, description="What preflight checks on the host.")
 
     @property
@@ -303,12 +330,11 @@ class EnginePool(_Data):
         """Data-parallel ranks per pod; 1 when one engine spans the whole group."""
         return 1
 
-    def devices_per_pod(self) -> tuple[int, str]:
-        """Accelerator devices one pod drives, and how that number comes about."""
-        tp = self.tensor_parallel or 1
-        if self.local_ranks > 1:
-            return tp * self.local_ranks, f"TP {tp} x {self.local_ranks} local DP ranks"
-        return tp // self.nodes, f"TP {tp} over {self.nodes} pods"
+    def parallelism(self) -> Parallelism:
+        """The engine's layout over the group's pods; its devices_per_pod is what each pod holds."""
+        return Parallelism(
+            self.tensor_parallel or 1, self.pipeline_parallel or 1, self.local_ranks, self.nodes
+        )
 
     @field_validator("engine_versions")
     @classmethod
@@ -325,13 +351,26 @@ class EnginePool(_Data):
 
     @model_validator(mode="after")
     def _parallel_arithmetic(self) -> "EnginePool":
-        tp = self.tensor_parallel or 1
-        if self.local_ranks == 1 and tp % self.nodes:
-            raise ValueError(f"tensor_parallel {tp} must be a multiple of nodes {self.nodes}")
-        devices, why = self.devices_per_pod()
-        if self.gpus_per_node is not None and self.gpus_per_node != devices:
-            raise ValueError(f"gpus_per_node is {self.gpus_per_node} but the pool needs {devices} ({why})")
+        layout = self.parallelism()
+        if problem := layout.problem():
+            raise ValueError(problem)
+        if self.gpus_per_node is not None and self.gpus_per_node != layout.devices_per_pod:
+            raise ValueError(f"gpus_per_node is {gpu_count_mismatch(self.gpus_per_node, layout)}")
         return self
+
+
+def gpu_count_mismatch(per_pod: int, layout: Parallelism, whose: str = "") -> str:
+    """What a pod holding `per_pod` devices lacks for the layout; for TP alone over several pods, the
+    layout that likely was meant (TP within each pod, the pods as pipeline stages)."""
+    needs = layout.devices_per_pod
+    spread = f"{needs * layout.nodes} over {layout.nodes} pods" if layout.nodes > 1 else "one pod"
+    message = f"{per_pod}, but {whose}{layout.words()} needs {needs} per pod ({spread})"
+    if layout.local_dp == 1 and layout.pipeline == 1 and layout.nodes > 1 and per_pod == layout.tensor:
+        message += (
+            f"; for TP {layout.tensor} within each pod and the pods as pipeline stages, set "
+            f"pipeline_parallel: {layout.nodes}"
+        )
+    return message
 
 
 class VllmPool(EnginePool):

@@ -12,6 +12,7 @@ schema's validator (~4 ms), bench/results/plan_speed.md.
 import functools
 import json
 import os
+import re
 from collections.abc import Mapping
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -142,6 +143,26 @@ def _unknown_key(loc: tuple[int | str, ...]) -> str:
     return f"unknown key (valid keys: {', '.join(valid)})" if valid else "unknown key"
 
 
+# pydantic's errors about a typed field's own value (never args, env or a JSON config: those
+# report their own, and may hold a secret), which say nothing of what was written.
+_ECHOED = {"int_parsing", "float_parsing", "bool_parsing", "int_type", "float_type", "literal_error"}
+
+
+def _as_written(err: Any) -> str:
+    """The value as the recipe wrote it (`yes`, not 1), and for a choice the one probably meant."""
+    value = err.get("input")
+    if err["type"] not in _ECHOED or not isinstance(value, (str, int, float)) or len(str(value)) > 40:
+        return ""
+    shown = f" (got {value!r}"
+    expected = re.findall(r"'([^']*)'", str((err.get("ctx") or {}).get("expected", "")))
+    if err["type"] == "literal_error" and expected:
+        import difflib  # for the hint only: a valid recipe never loads it
+
+        close = difflib.get_close_matches(str(value), expected, n=1, cutoff=0.6)
+        shown += f"; did you mean {close[0]!r}?" if close else ""
+    return shown + ")"
+
+
 def validate_recipe(data: Mapping[str, Any], source: RecipeSource) -> Recipe:
     try:
         return Recipe.model_validate(data)
@@ -152,7 +173,7 @@ def validate_recipe(data: Mapping[str, Any], source: RecipeSource) -> Recipe:
             if err["type"] == "extra_forbidden":
                 msg = _unknown_key(err["loc"])
             else:
-                msg = err["msg"].removeprefix("Value error, ")
+                msg = err["msg"].removeprefix("Value error, ") + _as_written(err)
             problems.setdefault(where, Problem(source.setting, f"{source.label}: {where}: {msg}", SCHEMA_FIX))
         raise ConfigError(list(problems.values())) from None
 

@@ -11,6 +11,7 @@ from typing import Any
 
 import yaml
 
+from launcher.config.recipe import BooleanWord
 from launcher.config.recipe_source import RecipeSource
 from launcher.contract.errors import ConfigError
 
@@ -26,6 +27,13 @@ class _RecipeLoader(yaml.CSafeLoader):  # libyaml: a tenth of the pure-Python pa
         first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:timestamp"]
         for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
     }
+
+    def construct_yaml_bool(self, node: yaml.ScalarNode) -> bool | str:  # type: ignore[override]
+        """YAML 1.1's unquoted yes/no/on/off stay the word written (a BooleanWord), so a message
+        can echo it (`nodes: yes` was read as 1): a boolean field still takes it, and an engine
+        flag's value is its boolean (launcher/config/recipe.py _check_args)."""
+        text = str(node.value)
+        return super().construct_yaml_bool(node) if text.lower() in ("true", "false") else BooleanWord(text)
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         seen: set[Any] = set()
@@ -43,6 +51,9 @@ class _RecipeLoader(yaml.CSafeLoader):  # libyaml: a tenth of the pure-Python pa
                 )
             seen.add(key)
         return super().construct_mapping(node, deep=deep)
+
+
+_RecipeLoader.add_constructor("tag:yaml.org,2002:bool", _RecipeLoader.construct_yaml_bool)
 
 
 class _Refused(Exception):
@@ -77,6 +88,16 @@ def _check_nodes(root: yaml.Node) -> None:
             raise _Refused(f"expands to more than {_MAX_NODES} values (YAML aliases)")
 
 
+def _tab_indented(text: str, line: int) -> bool:
+    """Whether the line YAML stopped at starts with a tab among its indentation: libyaml says only
+    "found character that cannot start any token" (YAML 1.2 section 6.1: tabs never indent)."""
+    lines = text.splitlines()
+    if not 0 <= line < len(lines):
+        return False
+    row = lines[line]
+    return "\t" in row[: len(row) - len(row.lstrip(" \t"))]
+
+
 def parse_recipe_yaml(text: str, source: RecipeSource) -> Mapping[str, Any]:
     """The YAML's data, or one line saying where it is broken: never the offending line itself,
     which may hold a secret (an env value, a JSON config with credentials)."""
@@ -93,6 +114,12 @@ def parse_recipe_yaml(text: str, source: RecipeSource) -> Mapping[str, Any]:
                 source.setting, f"{source.label} nests too deeply", "simplify the YAML"
             ) from None
         mark = exc.problem_mark
+        if mark is not None and _tab_indented(text, mark.line):
+            raise ConfigError.one(
+                source.setting,
+                f"{source.label} indents line {mark.line + 1} with a tab, which YAML does not allow",
+                "indent with spaces",
+            ) from None
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         what = " ".join(x for x in (exc.context, exc.problem) if x)
         raise ConfigError.one(

@@ -682,6 +682,18 @@ def unknown_env(environ: Mapping[str, str]) -> list[Problem]:
     return problems
 
 
+def default_recipe_note(settings: Settings) -> str | None:
+    """LLMD_POOL set and no recipe named: the pod plans the built-in default recipe, which is what a
+    pod whose own recipe was never wired in (LLMD_RECIPE_FILE left out of the manifest) would run."""
+    if settings.pool is None or {"recipe", "recipe_file"} & settings.model_fields_set:
+        return None
+    return (
+        f"LLMD_POOL is {settings.pool!r} but neither LLMD_RECIPE nor LLMD_RECIPE_FILE is set: planning "
+        f"pool {settings.pool!r} of the built-in default recipe {DEFAULT_RECIPE}; set LLMD_RECIPE_FILE to "
+        "the pod's recipe (or LLMD_RECIPE to the built-in one meant)"
+    )
+
+
 def env_value(field: str, environ: Mapping[str, str]) -> Any:
     """One setting from the environment alone, or its default when unset or invalid: what a pod whose
     settings failed as a whole still needs (where the probes listen, how long it may park). The

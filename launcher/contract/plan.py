@@ -35,6 +35,75 @@ class PdRole(str, Enum):
 
 
 @record
+class Parallelism:
+    """How one engine's accelerators are laid out over the pods of its LWS group: TP x PP per engine,
+    times the DP ranks each pod owns. The layouts modelled (docs/recipes.md): TP and PP inside one
+    pod; TP inside each pod with the pipeline stages across pods (vLLM's and SGLang's multi-node
+    layout: ranks are numbered TP-first, pp_rank * tp + tp_rank, and a pod holds consecutive ranks);
+    TP itself across pods; DP ranks across pods."""
+
+    tensor: int = 1
+    pipeline: int = 1
+    local_dp: int = 1  # DP ranks per pod (vLLM's layout data-parallel); each rank has TP x PP devices
+    nodes: int = 1
+
+    @property
+    def devices_per_pod(self) -> int:
+        if self.local_dp > 1:
+            return self.tensor * self.pipeline * self.local_dp
+        return self.tensor * self.pipeline // self.nodes
+
+    @property
+    def spans_pods(self) -> str | None:
+        """The dimension that crosses pods: data, pipeline or tensor; None in a single pod."""
+        if self.nodes == 1:
+            return None
+        if self.local_dp > 1:
+            return "data"
+        return "pipeline" if self.devices_per_pod % self.tensor == 0 else "tensor"
+
+    def problem(self) -> str | None:
+        """Why the pods cannot hold this layout, or None."""
+        devices = self.tensor * self.pipeline
+        if self.local_dp > 1 or self.nodes == 1:
+            return None
+        if devices % self.nodes:
+            return f"{self.words()} = {devices} devices cannot be split evenly over {self.nodes} pods"
+        per_pod = devices // self.nodes
+        if per_pod % self.tensor and self.tensor % per_pod:
+            return (
+                f"{self.words()} over {self.nodes} pods puts {per_pod} devices in a pod, so a TP group "
+                f"of {self.tensor} would split a pod; make TP divide or be a multiple of {per_pod}"
+            )
+        return None
+
+    def words(self) -> str:
+        parts = [f"TP {self.tensor}", f"PP {self.pipeline}"]
+        if self.local_dp > 1:
+            parts.append(f"{self.local_dp} local DP ranks")
+        return " x ".join(parts)
+
+    def describe(self) -> str:
+        """One line for the plan: the product, and which dimension spans the pods."""
+        spans = self.spans_pods
+        if spans is None:
+            return f"{self.words()} = {_devices(self.devices_per_pod)} in one pod"
+        if spans == "data":
+            per_pod = _devices(self.devices_per_pod)
+            return f"{self.words()} = {per_pod} per pod; DP ranks across {self.nodes} pods"
+        head = f"{self.words()} = {_devices(self.tensor * self.pipeline)}, {self.devices_per_pod} per pod"
+        if spans == "pipeline":
+            stages = self.pipeline // self.nodes
+            per_pod = f"{stages} stage{'s' * (stages > 1)} per pod"
+            return f"{head}: TP within each pod, PP across {self.nodes} pods ({per_pod})"
+        return f"{head}: TP across {self.tensor // self.devices_per_pod} pods per stage"
+
+
+def _devices(count: int) -> str:
+    return f"{count} device{'s' * (count != 1)}"
+
+
+@record
 class Role:
     """Which job this pod does, derived from the pool and the LWS env alone."""
 
@@ -45,6 +114,7 @@ class Role:
     leader_address: str | None = None
     dp_ranks: range | None = None  # the global DP ranks this pod owns (data-parallel pools)
     dp_size: int | None = None  # DP ranks in the whole group
+    parallelism: Parallelism | None = None  # an engine's layout over the group (None: a service)
 
     @property
     def name(self) -> str:

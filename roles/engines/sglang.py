@@ -40,6 +40,7 @@ _OWNED = {
         "nccl-init-addr",
     ),
     **owned_flags("set the pool's tensor_parallel in the recipe", "tp-size", "tensor-parallel-size", "tp"),
+    **owned_flags("set the pool's pipeline_parallel in the recipe", "pp-size", "pipeline-parallel-size"),
     **owned_flags("set the pool's port in the recipe", "port"),
     **owned_flags(
         "set model.path / model.served_name in the recipe", "model-path", "model", "served-model-name"
@@ -64,6 +65,7 @@ def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
     leader = role.kind == RoleKind.LEADER
     args: list[Arg] = [*arg("model-path", model.path), *arg("served-model-name", model.served_name)]
     args += arg("tp-size", pool.tensor_parallel)
+    args += arg("pp-size", pool.pipeline_parallel)
     if role.group_size > 1:
         dist_init = host_port(role.leader_address or "", pool.dist_init_port)
         args += [
@@ -142,7 +144,7 @@ def host_memory(pool: SglangPool, where: str) -> list[MemoryItem]:
     size = args.get("hicache-size", args.get("hicache_size"))
     if not args.get("enable-hierarchical-cache", args.get("enable_hierarchical_cache")) or not size:
         return []
-    ranks = pool.devices_per_pod()[0]
+    ranks = pool.parallelism().devices_per_pod
     per_rank = size_of(
         f"{size}GB" if str(size).replace(".", "", 1).isdigit() else size, f"{where}.args.hicache-size"
     )

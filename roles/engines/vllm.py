@@ -79,6 +79,7 @@ _OWNED = {
     **owned_flags("it follows the LWS env; change the recipe's topology instead", *_TOPOLOGY_FLAGS),
     **owned_flags("set the pool's master_port in the recipe", "master-port"),
     **owned_flags("set the pool's tensor_parallel in the recipe", "tensor-parallel-size", "tp"),
+    **owned_flags("set the pool's pipeline_parallel in the recipe", "pipeline-parallel-size", "pp"),
     **owned_flags("set the pool's port in the recipe", "port"),
     **owned_flags("set model.path / model.served_name in the recipe", "model", "served-model-name"),
     **owned_flags("set the pool's kv_events in the recipe", "kv-events-config"),
@@ -118,6 +119,7 @@ def build_vllm_plan(ctx: BuildContext, pool: VllmPool) -> Plan:
     args += arg("port", pool.port)
     args += _topology_args(pool, ctx)
     args += arg("tensor-parallel-size", pool.tensor_parallel)
+    args += arg("pipeline-parallel-size", pool.pipeline_parallel)
     # Drain in-flight requests on SIGTERM within the grace period (ShutdownBudget, launcher/contract/plan.py).
     args += arg("shutdown-timeout", ctx.shutdown.drain)
     if serves and ACCESS_LOG_FLAG not in pool.args:
@@ -365,7 +367,7 @@ def host_memory(pool: VllmPool, where: str) -> list[MemoryItem]:
     if pool.mooncake_store is None:
         return []
     config: Mapping[str, Any] = pool.mooncake_store.config
-    processes = pool.devices_per_pod()[0]
+    processes = pool.parallelism().devices_per_pod
     where = f"{where}.mooncake_store"
     pinned = config.get("protocol", "rdma") == "rdma"
     items = []

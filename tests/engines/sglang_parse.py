@@ -15,6 +15,7 @@ SHOW = (
     "model_path",
     "served_model_name",
     "tp_size",
+    "pp_size",
     "ep_size",
     "nnodes",
     "node_rank",

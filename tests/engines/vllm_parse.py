@@ -37,6 +37,7 @@ SHOW = (
     "master_addr",
     "headless",
     "tensor_parallel_size",
+    "pipeline_parallel_size",
     "data_parallel_size",
     "data_parallel_size_local",
     "data_parallel_start_rank",

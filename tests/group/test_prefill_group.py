@@ -107,7 +107,7 @@ def test_leader_name_that_never_resolves_ends_each_pod_in_bounded_time(
 
 @pytest.mark.parametrize(
     ("args", "names"),
-    [(("--size", "3"), "LWS_GROUP_SIZE"), (("--env", "LLMD_GPUS_PER_NODE=2"), "TP 2 over 2 pods")],
+    [(("--size", "3"), "LWS_GROUP_SIZE"), (("--env", "LLMD_GPUS_PER_NODE=2"), "TP 2 x PP 1 needs 1 per pod")],
     ids=["group-size-3-for-a-2-node-pool", "tp-does-not-fit-the-pods-devices"],
 )
 def test_a_pod_planned_for_the_wrong_group_is_refused_before_anything_hangs(

@@ -22,9 +22,9 @@ CASES: list[tuple[str, dict[str, str], list[str], str, str]] = [
     ("group-size-vs-recipe", {**PREFILL, "LWS_GROUP_SIZE": "3", "LWS_WORKER_INDEX": "0"}, [],
      "LWS_GROUP_SIZE", "spans 2 pods"),
     ("gpus-per-node", {**PREFILL, "LWS_WORKER_INDEX": "0", "LLMD_GPUS_PER_NODE": "8"}, [],
-     "LLMD_GPUS_PER_NODE", "needs 4 per pod (TP 8 over 2 pods)"),
+     "LLMD_GPUS_PER_NODE", "TP 8 x PP 1 needs 4 per pod (8 over 2 pods); for TP 8 within each pod"),
     ("gpus-per-node-decode", {"LLMD_POOL": "decode", "LLMD_GPUS_PER_NODE": "2"}, [],
-     "LLMD_GPUS_PER_NODE", "TP 1 x 4 local DP ranks"),
+     "LLMD_GPUS_PER_NODE", "TP 1 x PP 1 x 4 local DP ranks"),
     ("missing-leader", {"LWS_GROUP_SIZE": "2", "LWS_WORKER_INDEX": "1"}, [], "LWS_LEADER_ADDRESS", "not set"),
     ("unknown-pool", {"LLMD_POOL": "prefil"}, [], "LLMD_POOL", "no pool 'prefil'"),
     ("unknown-recipe", {"LLMD_RECIPE": "kimi"}, [], "LLMD_RECIPE", "unknown recipe 'kimi'"),
@@ -138,7 +138,7 @@ HEAD = "name: x\nmodel: {path: m}\ndefault_pool: p\n"
         ),
         (
             HEAD + "pools: {p: {kind: vllm, nodes: 2, tensor_parallel: 3}}\n",
-            "multiple of nodes",
+            "cannot be split evenly over 2 pods",
         ),
         (
             "name: x\nmodel: {path: m}\ndefault_pool: p\npools: {p: {kind: vllm, layout: data-parallel}}\n",

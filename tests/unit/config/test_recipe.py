@@ -21,7 +21,7 @@ def test_recipe_file_launcher_section_is_validated(run_cli: Any, tmp_path: Path)
     path = tmp_path / "r.yaml"
     path.write_text(USER_RECIPE.replace("gpus_per_node: 1", "gpus_per_node: 2"))
     code, _, err = run_cli("plan", env={"LLMD_RECIPE_FILE": str(path)})
-    assert code == 2 and "LLMD_GPUS_PER_NODE: is 2 but pool serve needs 1" in err
+    assert code == 2 and "LLMD_GPUS_PER_NODE: is 2, but pool serve: TP 1 x PP 1 needs 1 per pod" in err
 
 
 def test_user_recipe_single_pod(plan_json: Any, user_recipe: str) -> None:

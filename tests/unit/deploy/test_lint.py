@@ -141,7 +141,10 @@ def test_gpus_fewer_than_the_pools_parallelism(tmp_path: Path, run_cli: Run) -> 
 
     code, lines, _ = lint(run_cli, tmp_path, broken(KIMI, edit))
     assert code == 1 and len(lines) == 2, lines  # the leader's template and the worker's
-    said = "nvidia.com/gpu: requests '2' but pool prefill needs 4 devices per pod (TP 8 over 2 pods)"
+    said = (
+        "nvidia.com/gpu: requests '2' but pool prefill needs 4 devices per pod"
+        " (TP 8 x PP 1 = 8 devices, 4 per pod: TP across 2 pods per stage)"
+    )
     assert all(
         said in line and line.endswith("request 4, or change pools.prefill's parallelism") for line in lines
     )

@@ -134,6 +134,7 @@ def test_json_schema_is_stable(plan_json: Any) -> None:
         "group_size",
         "leader_address",
         "dp_ranks",
+        "parallelism",
     ]
     assert list(plan["processes"][0]) == ["name", "critical", "argv", "env", "ports", "health"]
     group = plan_json("--group", env=DECODE)
@@ -252,7 +253,8 @@ def test_readme_json_schema_matches_plan_to_dict(plan_json: Any) -> None:
         "kv_events"
     ]
     actual = {
-        *plan, *plan["role"], *plan["role"]["dp_ranks"], *plan["pod"], *plan["files"][0],
+        *plan, *plan["role"], *plan["role"]["dp_ranks"], *plan["role"]["parallelism"], *plan["pod"],
+        *plan["files"][0],
         *plan["processes"][0], *plan["processes"][0]["ports"][0], *plan["processes"][0]["health"],
         *probes, *probes["ready"][0], *probes["ready"][0]["http"], *worker, *worker["tcp"],
         *watch, *watch["sources"][0], *watch["identity"], *plan["shutdown"], *probes["peers"][0],

@@ -1,0 +1,58 @@
+"""`plan --model-config FILE` (issue #41 item 2): what the model's config.json rules out, refused at
+plan for every release the launcher ships a catalogue of. Each planned rc 0 before."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+QWEN = {"num_attention_heads": 64, "num_key_value_heads": 4, "max_position_embeddings": 40960}
+HEAD = "name: x\nmodel: {path: /m}\ndefault_pool: p\npools:\n  p:\n    kind: "
+
+
+def _plan(run_cli: Any, tmp_path: Path, pool: str, version: str, config: dict[str, Any] = QWEN) -> Any:
+    (tmp_path / "recipe.yaml").write_text(HEAD + pool)
+    (tmp_path / "config.json").write_text(json.dumps(config))
+    env = {"LLMD_RECIPE_FILE": str(tmp_path / "recipe.yaml")}
+    return run_cli(
+        "plan", "--engine-version", version, "--model-config", str(tmp_path / "config.json"), env=env
+    )
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
+def test_tp_6_for_a_64_head_model_is_refused_on_vllm(run_cli: Any, tmp_path: Path, version: str) -> None:
+    code, _, err = _plan(run_cli, tmp_path, "vllm\n    tensor_parallel: 6\n", version)
+    assert code == 2
+    assert (
+        f"--model-config: tensor_parallel 6: the model has 64 attention heads, and vLLM {version} requires "
+        "them divisible by TP (vllm/config/model.py ModelConfig.verify_with_parallel_config)" in err
+    )
+    assert _plan(run_cli, tmp_path, "vllm\n    tensor_parallel: 8\n", version)[0] == 0
+
+
+CONTEXT = [("vllm", "max-model-len", v) for v in ("0.32.0", "0.33.0")] + [
+    ("sglang", "context-length", v) for v in ("0.5.22", "0.5.23")
+]
+
+
+@pytest.mark.parametrize(("engine", "flag", "version"), CONTEXT, ids=[c[2] for c in CONTEXT])
+def test_a_context_past_max_position_embeddings_is_refused(
+    run_cli: Any, tmp_path: Path, engine: str, flag: str, version: str
+) -> None:
+    code, _, err = _plan(run_cli, tmp_path, f"{engine}\n    args: {{{flag}: 131072}}\n", version)
+    assert code == 2
+    assert (
+        f"--{flag} 131072: the model's max_position_embeddings is 40960, and {engine} {version} refuses"
+        in err
+    )
+    scaled = {**QWEN, "rope_scaling": {"rope_type": "yarn", "factor": 4.0}}  # the engine derives more
+    assert _plan(run_cli, tmp_path, f"{engine}\n    args: {{{flag}: 131072}}\n", version, scaled)[0] == 0
+
+
+def test_an_unreadable_model_config_is_one_line(run_cli: Any, tmp_path: Path) -> None:
+    code, out, err = run_cli("plan", "--model-config", str(tmp_path / "missing.json"))
+    assert (code, out) == (2, "")
+    assert err.startswith("llm-d-launcher: error: --model-config: cannot read") and err.count("\n") == 1
