@@ -44,6 +44,7 @@ async def http_reply(
     follow_redirects: bool = True,
     method: str = "GET",
     data: bytes | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> Reply:
     """http_get's whole answer; without `follow_redirects` a 3xx is the answer, not its target's.
     Another `method` (with `data`): the store-master watcher PUTs its marker."""
@@ -54,6 +55,7 @@ async def http_reply(
             method,
             url,
             data=data,
+            headers=headers,
             timeout=aiohttp.ClientTimeout(total=timeout),
             allow_redirects=follow_redirects,
         ) as reply:

@@ -283,7 +283,9 @@ async def _run(
             on_stopping=server.publish_now,
         )
         health.attach(supervisor)
-        health.watchers = build_watchers(prepared, health, inputs.settings, log, parks=_parks())
+        health.watchers = build_watchers(
+            prepared, health, inputs.settings, log, parks=_parks(), record_event=_event_recorder(log)
+        )
         async with _watching(health.watchers, supervisor):
             outcome = await supervisor.run()
         if _parks() and (refused := _refused_configuration(supervisor, health)) is not None:

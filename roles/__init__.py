@@ -98,7 +98,12 @@ def build_plan(
     plan = replace(plan, notes=(*plan.notes, *notes))
     plan = with_host_needs(plan, family, derived.pool, derived.role.pool, derived.pod.pod_ip, catalog)
     plan = fill_rdma(plan, found.rdma)
-    return plan if found.interface is None else fill_interface(plan, found.interface)
+    plan = plan if found.interface is None else fill_interface(plan, found.interface)
+    from roles.capabilities import with_capabilities
+
+    return with_capabilities(
+        plan, recipe, derived.pool, family, settings.capability_seconds, settings.pd_canary_prefiller
+    )
 
 
 def _input_notes(settings: Settings, recipe: Recipe, pool: Pool, shutdown: ShutdownBudget) -> list[str]:

@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from launcher.contract.capabilities import VOCABULARY
 from launcher.contract.redact import is_secret_flag
 
 Port = Annotated[int, Field(ge=1, le=65535)]
@@ -148,6 +149,28 @@ Size = Annotated[
     BeforeValidator(parse_size),
     WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 0}, {"type": "string"}]}),
 ]
+
+
+class CapabilitySpec(_Data):
+    """One capability the pool promises (launcher/contract/capabilities.py); a bare name is required."""
+
+    name: str = Field(description="A capability name (docs/probes-and-watchers.md lists them).")
+    level: Literal["required", "expected", "off"] = Field(
+        "required",
+        description="required: gates readiness; expected: metric and alert only; off: drop a derived one.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_name(cls, data: Any) -> Any:
+        return {"name": data} if isinstance(data, str) else data
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        if name not in VOCABULARY:
+            raise ValueError(f"{name!r} is not a capability: one of {', '.join(VOCABULARY)}")
+        return name
 
 
 class RouterSpec(_Data):
@@ -293,6 +316,11 @@ class EnginePool(_Data):
         "as `>=0.32,<0.34`; preflight refuses an engine outside it.",
     )
     router: RouterSpec | None = Field(None, description="What the llm-d router in front of the pool expects.")
+    capabilities: list[CapabilitySpec] = Field(
+        [],
+        description="Capabilities the pool promises besides those derived from the recipe (a name: "
+        "required; {name, level}: required, expected or off); `plan` shows the whole list.",
+    )
 
     tensor_parallel: Count | None = Field(None, description="Tensor-parallel size of one engine.")
     host: HostSpec = Field(default_factory=HostSpec, description="What preflight checks on the host.")
