@@ -62,24 +62,41 @@ class CapabilityWatcher(Watcher):
     ) -> None:
         self.watch, self.health, self.timeout, self.log = watch, health, timeout, log
         self.record_event = record_event
-        self.results: dict[CapabilityCheck, Outcome] = {}
-        self.rounds = 0
-        self._reported: set[CapabilityCheck] = set()  # absent ones already logged and recorded
+        self.results: list[tuple[CapabilityCheck, Outcome]] = []  # the latest round, in plan order
+        self._reported: set[int] = set()  # indexes of the absent ones already logged and recorded
 
     async def run(self) -> None:
         """Until cancelled; a probe's own failure is a reason, never the launcher's end."""
+        try:
+            await self._run()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # logged, never the launcher's end: the engine serves on
+            self.log.error("capability watcher stopped", error=repr(exc))
+
+    async def _run(self) -> None:
         import aiohttp
 
         connector = aiohttp.TCPConnector(force_close=True)
         async with aiohttp.ClientSession(connector=connector) as session:
-            while self.health.started_at is None:
-                await asyncio.sleep(0.05)
+            restarted = False
             while True:
+                await self._others_pass()
                 pids = self._pids()
                 await self.check_all(session)
+                if restarted:
+                    self.log.info("capabilities checked again after a process restart")
                 due = time.monotonic() + self.watch.interval
                 while time.monotonic() < due and self._pids() == pids:
                     await asyncio.sleep(min(RESTART_POLL, max(0.0, due - time.monotonic())))
+                restarted = self._pids() != pids
+
+    async def _others_pass(self) -> None:
+        """Until the engine has answered and every other readiness check passes (a restarted sidecar
+        answers its /health), so a round judges capabilities, not a process still starting."""
+        others = [c for c in self.health.probes.ready if not isinstance(c.request, CapabilitiesHeld)]
+        while self.health.started_at is None or not all(self.health.passing(c)[0] for c in others):
+            await asyncio.sleep(0.05)
 
     def _pids(self) -> tuple[int | None, ...]:
         supervisor = self.health.supervisor
@@ -90,19 +107,15 @@ class CapabilityWatcher(Watcher):
             *(probe_once(session, c.probe, "127.0.0.1", self.timeout) for c in self.watch.checks)
         )
         before = self.answer_now()
-        self.results = dict(zip(self.watch.checks, outcomes, strict=True))
-        self.rounds += 1
+        self.results = list(zip(self.watch.checks, outcomes, strict=True))
         await self._report()
         if self.answer_now() != before:
             self.health.changed()
 
     async def _report(self) -> None:
-        absent = [c for c, (ok, _) in self.results.items() if not ok]
-        for check in absent:
-            if check in self._reported:
-                continue
-            self._reported.add(check)
-            reason = self.results[check][1]
+        absent = {i for i, (_, (ok, _)) in enumerate(self.results) if not ok}
+        for i in sorted(absent - self._reported):
+            check, (_, reason) = self.results[i]
             self.log.warning(
                 "capability absent",
                 capability=check.capability,
@@ -113,17 +126,16 @@ class CapabilityWatcher(Watcher):
             if check.level is Level.REQUIRED and self.record_event is not None:
                 message = f"required capability {check.capability} absent at {check.target}: {reason}"
                 await asyncio.to_thread(self.record_event, EVENT_REASON, message)
-        for check in self._reported - set(absent):
-            self._reported.discard(check)
+        for i in sorted(self._reported - absent):
+            check = self.results[i][0]
             self.log.info("capability present", capability=check.capability, target=check.target)
+        self._reported = absent
 
     def answer_now(self) -> Outcome:
-        if self.rounds == 0:
+        if not self.results:
             return False, "not checked yet (the engine has not answered)"
         missing = [
-            f"{c.capability}: {why}"
-            for c, (ok, why) in self.results.items()
-            if not ok and c.level is Level.REQUIRED
+            f"{c.capability}: {why}" for c, (ok, why) in self.results if not ok and c.level is Level.REQUIRED
         ]
         return (False, "; ".join(missing)) if missing else (True, "every required capability present")
 
@@ -133,14 +145,14 @@ class CapabilityWatcher(Watcher):
     def details(self) -> dict[str, Any]:
         return {
             f"{c.capability} {c.target}": {"level": c.level.value, "ok": ok, "reason": why}
-            for c, (ok, why) in self.results.items()
+            for c, (ok, why) in self.results
         }
 
     def metrics(self) -> Iterable[Metric]:
         family = CAPABILITY.family()
-        for check in self.watch.checks:
-            outcome = self.results.get(check)
-            state = "unknown" if outcome is None else ("present" if outcome[0] else "absent")
+        seen: list[bool | None] = [ok for _, (ok, _) in self.results] or [None] * len(self.watch.checks)
+        for check, ok in zip(self.watch.checks, seen, strict=True):
+            state = "unknown" if ok is None else ("present" if ok else "absent")
             for each in ("present", "absent", "unknown"):
                 family.add_metric(
                     [check.capability, check.level.value, check.target, each], float(each == state)

@@ -273,6 +273,24 @@ def _add_local_group(sub: _Commands) -> None:
     )
 
 
+def _add_capabilities(sub: _Commands) -> None:
+    sub.add_parser(
+        "capabilities",
+        help="check a model server's capabilities (render, metrics, KV events, P/D path): PASS/FAIL each",
+        description="Probe a running model server for the capabilities a recipe pool promises "
+        "(--recipe/--pool) or --require names, as its pod's launcher does; each PASS or FAIL with the "
+        "reason, the detected runtime and who required it. Exit 0 all required passed, 1 one failed, "
+        "2 bad input.",
+        deferred=_capabilities_arguments,
+    )
+
+
+def _capabilities_arguments(parser: argparse.ArgumentParser) -> None:
+    from launcher.capability_check import add_arguments
+
+    add_arguments(parser)
+
+
 # The commands in the order --help lists them.
 _COMMANDS: dict[str, Callable[[_Commands], None]] = {
     "plan": _add_plan,
@@ -281,6 +299,7 @@ _COMMANDS: dict[str, Callable[[_Commands], None]] = {
     "version": _add_version,
     "catalog": _add_catalog,
     "probe": _add_probe,
+    "capabilities": _add_capabilities,
     "local-group": _add_local_group,
 }
 
@@ -492,6 +511,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from launcher.localgroup import command
 
             return command(ns, list(argv if argv is not None else sys.argv[1:]))
+        if ns.command == "capabilities":
+            from launcher.capability_check import command as check_capabilities
+
+            return check_capabilities(ns)
         if ns.command == "probe":
             from healthchecks.probe import probe
 
