@@ -37,7 +37,7 @@ def capability_pod(tmp_path: Path, pool: str, env: dict[str, str] | None = None)
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(
         f"name: caps\nmodel: {{path: {model}, served_name: m}}\ndefault_pool: p\npools:\n  p:\n"
-        f"    kind: vllm\n    port: {port}\n" + pool.format(kv=kv, replay=replay)
+        f"    kind: vllm\n    port: {port}\n" + pool.replace("{kv}", str(kv)).replace("{replay}", str(replay))
     )
     base = {
         "LLMD_RECIPE_FILE": str(recipe),
@@ -142,6 +142,7 @@ def test_nixl_side_channel_absent_and_present(tmp_path: Path) -> None:
     nixl = (
         "    args: {kv-transfer-config: {kv_connector: NixlConnector, kv_role: kv_both}}\n"
         "    nixl: {side_channel_port: %d}\n"
+        "    host: {advisory: [packages]}\n"  # the stand-in needs no nixl package
     )
     listening = capability_pod(tmp_path / "a", nixl % free_port()).start()
     silent = capability_pod(tmp_path / "b", nixl % free_port(), {"STANDIN_ENGINE": "no-side-channel"}).start()
@@ -160,12 +161,13 @@ def test_nixl_side_channel_absent_and_present(tmp_path: Path) -> None:
             pod.finish()
 
 
-KV = "    kv_events: {{port: {kv}, replay_port: {replay}}}\n"
+KV = "    kv_events: {port: {kv}, replay_port: {replay}}\n"
 
 
 def test_kv_publisher_lost_after_ready_takes_the_pod_out_and_back_without_a_restart(tmp_path: Path) -> None:
     cue = tmp_path / "close-now"
-    pod = capability_pod(tmp_path, KV, {"STANDIN_KV": f"until={cue},close=4"}).start()
+    env = {"STANDIN_KV": f"until={cue},close=5", "LLMD_CHECK_TIMEOUT": "1"}
+    pod = capability_pod(tmp_path, KV, env).start()
     try:
         pod.wait_probe("readyz", 200, timeout=30)
         states = capability_states(pod)
