@@ -174,7 +174,9 @@ def _probes(
     prefiller: str | None,
 ) -> list[tuple[str, Probe]]:
     engine_ports = _ports(plan, "http")
-    routed = _ports(plan, "sidecar") or engine_ports  # the ports the router targets
+    sidecar = next((p for p in plan.processes for x in p.ports if x.name.startswith("sidecar")), None)
+    plain = sidecar is not None and isinstance(sidecar.health, HttpCheck)  # not TLS: asked over HTTP
+    routed = _ports(plan, "sidecar") if plain else engine_ports  # the ports the router targets
     family, _, _ = capability.partition(".")
     if family == "api":
         path = adapter.render_paths.get(capability)
@@ -209,11 +211,12 @@ def _probes(
         host, _ = _split(prefiller)
         return [(f"peer {peer} {host}:{nixl.side_channel_port}", TcpOpen(host, nixl.side_channel_port))]
     if capability == "disagg.sidecar-answering":
-        sidecar = next((p for p in plan.processes for x in p.ports if x.name.startswith("sidecar")), None)
-        health = None if sidecar is None else sidecar.health
+        if sidecar is None:
+            return []
+        health = sidecar.health
         if isinstance(health, HttpCheck):
             return [(t, HttpAnswer(port, "GET", health.path)) for t, port in routed]
-        return [] if sidecar is None else [(t, TcpOpen("127.0.0.1", port)) for t, port in routed]
+        return [(t, TcpOpen("127.0.0.1", port)) for t, port in _ports(plan, "sidecar")]
     if capability == "kv-store.master-reachable" and plan.needs.store_master is not None:
         host, port = _split(plan.needs.store_master.rpc)
         return [(f"{plan.needs.store_master.name} {host}:{port}", TcpOpen(host, port))]
