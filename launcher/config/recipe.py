@@ -165,6 +165,11 @@ class CapabilitySpec(_Data):
     def _bare_name(cls, data: Any) -> Any:
         return {"name": data} if isinstance(data, str) else data
 
+    @field_validator("level", mode="before")
+    @classmethod
+    def _yaml_off(cls, level: Any) -> Any:
+        return "off" if level is False else level  # YAML 1.1 reads a bare `off` as false
+
     @field_validator("name")
     @classmethod
     def _known(cls, name: str) -> str:
