@@ -202,6 +202,11 @@ def _add_recipes(sub: _Commands) -> None:
     showing = "print a built-in recipe's YAML, to copy and edit"
     show = recipe_actions.add_parser("show", help=showing, description=showing)
     show.add_argument("name", metavar="NAME", help="a built-in recipe (`llm-d-launcher recipes` lists them)")
+    show.add_argument(
+        "--capabilities",
+        action="store_true",
+        help="print each pool's capabilities in llm-d's requirements.modelServer.capabilities shape",
+    )
     schema = (
         "print the recipe JSON Schema; save it and start a recipe with "
         "`# yaml-language-server: $schema=recipe.schema.json` so editors validate it"
@@ -397,6 +402,9 @@ def _cmd_recipes(ns: argparse.Namespace) -> int:
     if ns.recipes_action == "show":
         from launcher.config.recipe_file import builtin_recipe_text
 
+        if ns.capabilities:
+            sys.stdout.write(_capabilities_text(ns.name))
+            return 0
         sys.stdout.write(builtin_recipe_text(ns.name))
         return 0
     from launcher.config.recipe_file import RecipeSource, builtin_recipe_names, load_recipe
@@ -409,6 +417,25 @@ def _cmd_recipes(ns: argparse.Namespace) -> int:
         engines = ", ".join(dict.fromkeys(pool.kind for pool in recipe.pools.values()))
         print(f"{name}: {source}; {engines} | pools: {pools}")
     return 0
+
+
+def _capabilities_text(name: str) -> str:
+    """Each pool's capabilities (roles/capabilities.py) as llm-d's proposal writes them (llm-d/llm-d
+    proposals/model-server-capability-contract.md @0172f04d); a pool's `capabilities:` reads it back."""
+    import yaml
+
+    from launcher.config.recipe_file import RecipeSource, builtin_recipe_text, load_recipe
+    from launcher.contract.capabilities import to_requirements
+    from roles.capabilities import pool_capabilities
+
+    builtin_recipe_text(name)  # an unknown name: one line naming the built-in ones
+    recipe = load_recipe(RecipeSource(name, None))
+    pools = {
+        pool: to_requirements({c: level for c, (level, _) in pool_capabilities(recipe, pool).items()})
+        for pool in recipe.pools
+    }
+    head = f"# {name}: each pool's capabilities, derived and declared (`plan` shows who asked for each)\n"
+    return head + yaml.safe_dump(pools, sort_keys=False)
 
 
 def _cmd_catalog(ns: argparse.Namespace) -> int:

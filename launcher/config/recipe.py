@@ -342,6 +342,16 @@ class EnginePool(_Data):
             return tp * self.local_ranks, f"TP {tp} x {self.local_ranks} local DP ranks"
         return tp // self.nodes, f"TP {tp} over {self.nodes} pods"
 
+    @field_validator("capabilities", mode="before")
+    @classmethod
+    def _proposal_shape(cls, value: Any) -> Any:
+        """llm-d's `requirements: {modelServer: {capabilities: [...]}}` (`recipes show --capabilities`)."""
+        if isinstance(value, dict) and "requirements" in value:
+            from launcher.contract.capabilities import from_requirements
+
+            return [{"name": n, "level": level.value} for n, level in from_requirements(value).items()]
+        return value
+
     @field_validator("engine_versions")
     @classmethod
     def _a_specifier(cls, value: str | None) -> str | None:

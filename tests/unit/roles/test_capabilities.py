@@ -113,3 +113,22 @@ def test_the_proposals_shape_round_trips() -> None:
 def test_a_malformed_requirements_block_is_refused(document: dict[str, Any]) -> None:
     with pytest.raises(ValueError):
         from_requirements(document)
+
+
+def test_recipes_show_exports_the_proposals_shape_and_a_pool_imports_it(run_cli: Any) -> None:
+    code, out, _ = run_cli("recipes", "show", "kimi-k3.1-pro", "--capabilities")
+    assert code == 0
+    exported = yaml.safe_load(out)
+    kimi = load_recipe(RecipeSource("kimi-k3.1-pro", None))
+    assert set(exported) == set(kimi.pools)
+    decode = exported["decode"]["requirements"]["modelServer"]["capabilities"]
+    assert {"name": "kv-transfer.peer-side-channel-reachable", "level": "expected"} in decode
+    # Imported into a pool's capabilities: the same levels as derived.
+    text = (
+        "name: r\nmodel: {path: /m}\ndefault_pool: p\npools:\n  p:\n    kind: vllm\n"
+        f"    capabilities: {json.dumps(exported['prefill'])}\n"
+    )
+    imported = Recipe.model_validate(yaml.safe_load(text)).pools["p"]
+    levels = {c.name: c.level for c in imported.capabilities}  # type: ignore[union-attr]
+    derived = pool_capabilities(kimi, "prefill")
+    assert levels == {c: level.value for c, (level, _) in derived.items()}
