@@ -291,7 +291,7 @@ def _add_capabilities(sub: _Commands) -> None:
 
 
 def _capabilities_arguments(parser: argparse.ArgumentParser) -> None:
-    from launcher.capability_check import add_arguments
+    from launcher.verify_capabilities import add_arguments
 
     add_arguments(parser)
 
@@ -539,7 +539,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             return command(ns, list(argv if argv is not None else sys.argv[1:]))
         if ns.command == "capabilities":
-            from launcher.capability_check import command as check_capabilities
+            from launcher.verify_capabilities import command as check_capabilities
 
             return check_capabilities(ns)
         if ns.command == "probe":
