@@ -6,10 +6,14 @@ and the answer, records an Event and the metric, and never ends or restarts the 
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -51,6 +55,16 @@ def capability_pod(tmp_path: Path, pool: str, env: dict[str, str] | None = None)
     return LauncherPod(tmp_path, {**base, **(env or {})}, port=port, ports={"kv": kv, "replay": replay})
 
 
+def check_from_outside(pod: LauncherPod, *args: str) -> tuple[int, dict[str, Any]]:
+    """`llm-d-launcher capabilities check` against the pod's engine: its exit code and JSON report."""
+    done = subprocess.run(
+        [sys.executable, "-m", "launcher", "capabilities", "check", "--url", f"http://127.0.0.1:{pod.port}",
+         "--format", "json", *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    return done.returncode, json.loads(done.stdout or "{}")
+
+
 def capability_states(pod: LauncherPod) -> dict[tuple[str, str], str]:
     """(capability, target) -> the state whose sample is 1."""
     text = httpx.get(f"http://127.0.0.1:{pod.probe_port}/metrics", timeout=5).text
@@ -90,6 +104,11 @@ def test_render_absent_holds_readiness_names_the_403_and_records_an_event(
         time.sleep(2.5)  # more rounds: still one Event, still not ready, never restarted
         assert len(api.seen) == 1 and pod.probe("readyz")[0] == 503
         assert "stand-in engine up" in pod.output() and pod.output().count("stand-in engine up") == 1
+        code, report = check_from_outside(pod, "--require", "api.render.completions")
+        assert code == 1 and report["runtime"].startswith("vllm")
+        (row,) = report["capabilities"]
+        assert row["result"] == "FAIL" and row["reason"] == "POST /v1/completions/render returned 403"
+        assert row["required_by"] == "--require"
     finally:
         pod.signal(signal.SIGTERM)
         pod.finish()
@@ -101,6 +120,10 @@ def test_render_present_with_scale_out_is_ready(tmp_path: Path) -> None:
         body = pod.wait_probe("readyz", 200, timeout=30)
         assert body["checks"]["capabilities"] == {"ok": True, "detail": "every required capability present"}
         assert capability_states(pod)[("api.render.completions", f"engine :{pod.port}")] == "present"
+        code, report = check_from_outside(
+            pod, "--require", "api.render.completions", "--require", "metric.queue-depth"
+        )
+        assert code == 0 and [r["result"] for r in report["capabilities"]] == ["PASS", "PASS"]
     finally:
         pod.signal(signal.SIGTERM)
         pod.finish()
