@@ -74,7 +74,8 @@ def main() -> None:
         f"# Capability checks and time to ready — {time.strftime('%Y-%m-%d')}, {platform.machine()} "
         f"Python {platform.python_version()}\n\n"
         "Engine /health first 200 → launcher /readyz first 200, stand-in engine "
-        f"(bench/capabilities_bench.py), {rounds} pods each, median.\n\n**Goal: the capability checks add at most {GOAL:g} s.**\n\n"
+        f"(bench/capabilities_bench.py), {rounds} pods each, median.\n\n"
+        f"**Goal: the capability checks add at most {GOAL:g} s.**\n\n"
         "| LLMD_CAPABILITY_SECONDS | median | min | max |\n|---|---:|---:|---:|\n"
         + "".join(
             f"| {s} ({'checks' if s != '0' else 'no checks'}) | {statistics.median(v):.2f} s | "
