@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from healthchecks.http import NoAnswer, http_reply, os_reason
+from healthchecks.http import NoAnswer, http_reply, tcp_connect
 from healthchecks.metrics import CAPABILITY
 from healthchecks.watcher import Watcher
 from launcher.contract.capabilities import (
@@ -171,7 +171,7 @@ async def probe_once(session: ClientSession, probe: Probe, host: str, timeout: f
         if isinstance(probe, KvCapacity):
             return await _kv_capacity(session, probe, host, timeout)
         if isinstance(probe, TcpOpen):
-            return await _tcp_open(probe.host, probe.port, timeout)
+            return await tcp_connect(probe.host, probe.port, timeout)
         return await asyncio.to_thread(zmq_answer, probe, timeout)
     except NoAnswer as exc:
         return False, f"{probe.what}: {exc}"
@@ -250,20 +250,6 @@ async def _kv_capacity(session: ClientSession, probe: KvCapacity, host: str, tim
     if tokens < probe.context:
         return False, f"{said}, less than one request of the recipe's context {probe.context}"
     return True, said
-
-
-async def _tcp_open(host: str, port: int, timeout: float) -> Outcome:
-    what = f"connect {_bracket(host)}:{port}"
-    try:
-        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout=timeout)
-    except asyncio.TimeoutError:
-        return False, f"{what}: no answer within {timeout:g} s"
-    except OSError as exc:
-        return False, f"{what}: {os_reason(exc)}"
-    writer.close()
-    with contextlib.suppress(OSError):
-        await writer.wait_closed()
-    return True, f"{what}: accepted"
 
 
 def zmq_answer(probe: ZmqAnswer, timeout: float) -> Outcome:

@@ -4,6 +4,7 @@ of one line ("no answer within 5 s", "Connection refused"), so checks, watchers 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -68,6 +69,21 @@ async def http_reply(
         raise NoAnswer(os_reason(exc.os_error)) from None
     except aiohttp.ClientError as exc:
         raise NoAnswer(f"{type(exc).__name__}: {exc}") from None
+
+
+async def tcp_connect(host: str, port: int, timeout: float) -> tuple[bool, str]:
+    """A TCP connection opens (then closes) within `timeout`, and the reason in one line."""
+    what = f"connect {host}:{port}"
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout=timeout)
+    except asyncio.TimeoutError:
+        return False, f"{what}: no answer within {timeout:g} s"
+    except OSError as exc:
+        return False, f"{what}: {os_reason(exc)}"
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True, f"{what}: reachable"
 
 
 def os_reason(exc: OSError) -> str:
