@@ -226,3 +226,46 @@ def test_a_sidecar_restart_checks_again_at_once(tmp_path: Path) -> None:
     finally:
         pod.signal(signal.SIGTERM)
         pod.finish()
+
+
+def test_a_decode_pod_gates_on_its_own_side_channel_and_only_expects_the_peers(tmp_path: Path) -> None:
+    """P/D: decode requires its own NIXL side channel and sidecar, and expects the prefill peer's side
+    channel (LLMD_PD_CANARY_PREFILLER's host, the prefill pool's side-channel port): that one closed,
+    decode stays ready and the metric names the peer."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text("{}")
+    (model / "tokenizer.json").write_text("{}")
+    engine, supervisor, sidecar = free_port(span=2), free_port(), free_port(span=2)
+    own, peer = free_port(span=2), free_port()  # nothing listens on the peer's
+    nixl = "kv-transfer-config: {kv_connector: NixlConnector, kv_role: %s}"
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(
+        f"name: pd\nmodel: {{path: {model}}}\ndefault_pool: decode\npools:\n"
+        f"  prefill:\n    kind: vllm\n    args: {{{nixl % 'kv_producer'}}}\n"
+        f"    nixl: {{side_channel_port: {peer}}}\n"
+        "  decode:\n    kind: vllm\n    layout: data-parallel\n    nodes: 1\n    data_parallel_local: 2\n"
+        f"    port: {engine}\n    supervisor_port: {supervisor}\n    args: {{{nixl % 'kv_consumer'}}}\n"
+        f"    nixl: {{side_channel_port: {own}}}\n    host: {{advisory: [packages]}}\n"
+        f"    disagg_sidecar: {{port: {sidecar}, tls: false}}\n"
+    )
+    prefiller = f"127.0.0.1:{free_port()}"  # the prefill pod's API; its side channel: `peer`
+    env = {"LLMD_RECIPE_FILE": str(recipe), "POD_IP": "127.0.0.1", "LLMD_BIN_PATH": str(STANDINS),
+           "LLMD_CAPABILITY_SECONDS": "1", "LLMD_PD_CANARY_PREFILLER": prefiller}  # fmt: skip
+    pod = LauncherPod(tmp_path, env, port=engine).start()
+    try:
+        body = pod.wait_probe("readyz", 200, timeout=30)
+        assert body["checks"]["capabilities"]["ok"] is True
+        states = capability_states(pod)
+        assert states[("kv-transfer.side-channel-listening", f"rank 0 :{own} on 127.0.0.1")] == "present"
+        assert states[("kv-transfer.side-channel-listening", f"rank 1 :{own + 1} on 127.0.0.1")] == "present"
+        assert states[("disagg.sidecar-answering", f"rank 1 :{sidecar + 1}")] == "present"
+        assert (
+            states[("kv-transfer.peer-side-channel-reachable", f"peer prefill 127.0.0.1:{peer}")] == "absent"
+        )
+        time.sleep(2.5)
+        assert pod.probe("readyz")[0] == 200  # still ready: the peer's path is the peer's to fix
+        assert "capability absent" in pod.output() and "peer prefill" in pod.output()
+    finally:
+        pod.signal(signal.SIGTERM)
+        pod.finish()
