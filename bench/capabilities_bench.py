@@ -19,28 +19,19 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.pods import STANDINS, LauncherPod  # noqa: E402
-from tests.ports import free_port  # noqa: E402
+from tests.supervisor.test_capabilities import capability_pod  # noqa: E402
 
 GOAL = 1.0  # seconds the checks may add
 
 
 def one(workdir: Path, capability_seconds: str) -> float:
-    model = workdir / "model"
-    model.mkdir(parents=True)
-    (model / "config.json").write_text("{}")
-    (model / "tokenizer.json").write_text("{}")
-    port, kv, replay = free_port(), free_port(), free_port()
-    recipe = workdir / "recipe.yaml"
-    recipe.write_text(
-        f"name: bench\nmodel: {{path: {model}, served_name: m}}\ndefault_pool: p\npools:\n  p:\n"
-        f"    kind: vllm\n    port: {port}\n    args: {{enable-scale-out: true, max-model-len: 1024}}\n"
-        f"    kv_events: {{port: {kv}, replay_port: {replay}}}\n"
+    pool = (
+        "    args: {enable-scale-out: true, max-model-len: 1024}\n"
+        "    kv_events: {port: {kv}, replay_port: {replay}}\n"
         "    capabilities: [api.render.completions, api.render.chat-completions]\n"
     )
-    env = {"LLMD_RECIPE_FILE": str(recipe), "POD_IP": "127.0.0.1", "LLMD_BIN_PATH": str(STANDINS),
-           "LLMD_CAPABILITY_SECONDS": capability_seconds, "LLMD_DEREGISTER_SECONDS": "0"}  # fmt: skip
-    pod = LauncherPod(workdir, env, port=port).start()
+    pod = capability_pod(workdir, pool, {"LLMD_CAPABILITY_SECONDS": capability_seconds}).start()
+    port = pod.port
     healthy = None
     try:
         with httpx.Client(timeout=1) as client:
@@ -73,7 +64,8 @@ def main() -> None:
     text = (
         f"# Capability checks and time to ready — {time.strftime('%Y-%m-%d')}, {platform.machine()} "
         f"Python {platform.python_version()}\n\n"
-        "Engine /health first 200 → launcher /readyz first 200, stand-in engine "
+        "Engine /health first 200 → launcher /readyz first 200, stand-in engine (the pods of "
+        "tests/supervisor/test_capabilities.py, LLMD_CHECK_INTERVAL 0.2 s) "
         f"(bench/capabilities_bench.py), {rounds} pods each, median.\n\n"
         f"**Goal: the capability checks add at most {GOAL:g} s.**\n\n"
         "| LLMD_CAPABILITY_SECONDS | median | min | max |\n|---|---:|---:|---:|\n"
