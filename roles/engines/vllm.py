@@ -509,7 +509,8 @@ VLLM_CAPABILITIES = CapabilityAdapter(
     context_flag="max-model-len",
     kv_pool=KvPool(
         "/metrics",
-        "vLLM 0.32.0 vllm/v1/metrics/loggers.py:1114-1120,1355 (CacheConfig's fields as labels, config/cache.py:322)",
+        "vLLM 0.32.0 vllm/v1/metrics/loggers.py:1114-1120,1355 (CacheConfig's fields as labels, "
+        "config/cache.py:322)",
         metric="vllm:cache_config_info",
         labels=("num_gpu_blocks", "block_size"),
     ),
