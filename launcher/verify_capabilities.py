@@ -46,7 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--recipe-file", metavar="PATH", help="a recipe file, instead of --recipe")
     parser.add_argument("--pool", metavar="NAME", help="the recipe's pool (default: its default_pool)")
     parser.add_argument("--timeout", type=float, default=5.0, metavar="SECONDS", help="per probe (default 5)")
-    parser.add_argument("--format", choices=("text", "json"), default="text")
+    parser.add_argument(
+        "--format", choices=("text", "json"), default="text", help="text (default: a line each) or json"
+    )
 
 
 def command(ns: argparse.Namespace) -> int:
