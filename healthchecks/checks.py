@@ -4,11 +4,10 @@ into PodHealth, so a probe never waits on a slow engine. Transitions are logged 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from typing import TYPE_CHECKING
 
-from healthchecks.http import NoAnswer, http_get, os_reason
+from healthchecks.http import NoAnswer, http_get, tcp_connect
 from healthchecks.state import CheckResult, PodHealth
 from healthchecks.watcher import Watcher
 from launcher.contract.log import Log
@@ -70,19 +69,7 @@ class CheckRunner(Watcher):
 
     async def _request(self, session: ClientSession, request: HttpCheck | TcpCheck) -> tuple[bool, str]:
         if isinstance(request, TcpCheck):
-            what = f"connect {request.host}:{request.port}"
-            try:
-                _, writer = await asyncio.wait_for(
-                    asyncio.open_connection(request.host, request.port), timeout=self.timeout
-                )
-            except asyncio.TimeoutError:
-                return False, f"{what}: no answer within {self.timeout:g} s"
-            except OSError as exc:
-                return False, f"{what}: {os_reason(exc)}"
-            writer.close()
-            with contextlib.suppress(OSError):
-                await writer.wait_closed()
-            return True, f"{what}: reachable"
+            return await tcp_connect(request.host, request.port, self.timeout)
         what = f"GET :{request.port}{request.path}"
         try:
             status, _ = await http_get(

@@ -6,6 +6,7 @@ failure, not a launcher grown by what a peer or an engine sends (issue #40)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -48,6 +49,7 @@ async def http_reply(
     follow_redirects: bool = True,
     method: str = "GET",
     data: bytes | None = None,
+    headers: Mapping[str, str] | None = None,
 ) -> Reply:
     """http_get's whole answer; without `follow_redirects` a 3xx is the answer, not its target's.
     Another `method` (with `data`): the store-master watcher PUTs its marker. `read`: the body's bytes
@@ -59,6 +61,7 @@ async def http_reply(
             method,
             url,
             data=data,
+            headers=headers,
             timeout=aiohttp.ClientTimeout(total=timeout),
             allow_redirects=follow_redirects,
         ) as reply:
@@ -73,6 +76,21 @@ async def http_reply(
         raise NoAnswer(os_reason(exc.os_error)) from None
     except aiohttp.ClientError as exc:
         raise NoAnswer(f"{type(exc).__name__}: {exc}") from None
+
+
+async def tcp_connect(host: str, port: int, timeout: float) -> tuple[bool, str]:
+    """A TCP connection opens (then closes) within `timeout`, and the reason in one line."""
+    what = f"connect {host}:{port}"
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout=timeout)
+    except asyncio.TimeoutError:
+        return False, f"{what}: no answer within {timeout:g} s"
+    except OSError as exc:
+        return False, f"{what}: {os_reason(exc)}"
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True, f"{what}: reachable"
 
 
 def os_reason(exc: OSError) -> str:

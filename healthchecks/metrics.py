@@ -187,6 +187,13 @@ STARTUP_HELD = MetricSpec(
     "gauge",
     "seconds the start-up deadline was on hold (this pod or a peer parked); not counted against it",
 )
+CAPABILITY = MetricSpec(
+    "capability",
+    "gauge",
+    "1 for the capability's state at its target (present, absent, unknown: not checked yet); level "
+    "required gates readiness, expected only alerts",
+    ("capability", "level", "target", "state"),
+)
 STORE_MASTER_UP = MetricSpec(
     "store_master_up", "gauge", "1 while the KV store master's metadata server answers", ("master",)
 )
@@ -278,6 +285,7 @@ METRICS = (
     STARTUP_HELD,
     STORE_MASTER_UP,
     STORE_MASTER_RESTARTS,
+    CAPABILITY,
     LOG_LINES_DROPPED,
     WATCHER_ERRORS,
     PROBE_DURATION,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Callable
 
 from healthchecks.checks import CheckRunner
 from healthchecks.state import PodHealth
@@ -19,14 +20,27 @@ from launcher.contract.plan import Plan
 
 
 def build_watchers(
-    plan: Plan, health: PodHealth, settings: Settings, log: Log, *, parks: bool
+    plan: Plan,
+    health: PodHealth,
+    settings: Settings,
+    log: Log,
+    *,
+    parks: bool,
+    record_event: Callable[[str, str], bool] | None = None,
 ) -> tuple[Watcher, ...]:
     """In start order (the KV-event watcher subscribes before the engine binds: no early batch is
     missed). Intervals and timeouts: LLMD_CHECK_INTERVAL, LLMD_CHECK_TIMEOUT. `parks`: the pod parks
-    rather than exit on what a restart cannot fix (an LWS group, launcher/parking.py)."""
+    rather than exit on what a restart cannot fix (an LWS group, launcher/parking.py). `record_event`:
+    records a Kubernetes Event on the LWS (launcher/supervise/kube_event.py), None: none."""
     probes = plan.probes
     assert probes is not None
     watchers: list[Watcher] = [CheckRunner(health, settings.check_interval, settings.check_timeout, log)]
+    if plan.capabilities is not None:
+        from healthchecks.capabilities import CapabilityWatcher
+
+        watchers.append(
+            CapabilityWatcher(plan.capabilities, health, settings.check_timeout, log, record_event)
+        )
     if plan.kv_events is not None:
         from healthchecks.kvevents.relay import KvEventRelay
         from healthchecks.kvevents.watcher import KvEventWatcher

@@ -214,6 +214,11 @@ def _add_recipes(sub: _Commands) -> None:
     showing = "print a built-in recipe's YAML, to copy and edit"
     show = recipe_actions.add_parser("show", help=showing, description=showing)
     show.add_argument("name", metavar="NAME", help="a built-in recipe (`llm-d-launcher recipes` lists them)")
+    show.add_argument(
+        "--capabilities",
+        action="store_true",
+        help="print each pool's capabilities in llm-d's requirements.modelServer.capabilities shape",
+    )
     schema = (
         "print the recipe JSON Schema; save it and start a recipe with "
         "`# yaml-language-server: $schema=recipe.schema.json` so editors validate it"
@@ -302,6 +307,24 @@ def _add_local_group(sub: _Commands) -> None:
     )
 
 
+def _add_capabilities(sub: _Commands) -> None:
+    sub.add_parser(
+        "capabilities",
+        help="check a model server's capabilities (render, metrics, KV events, P/D path): PASS/FAIL each",
+        description="Probe a running model server for the capabilities a recipe pool promises "
+        "(--recipe/--pool) or --require names, as its pod's launcher does; each PASS or FAIL with the "
+        "reason, the detected runtime and who required it. Exit 0 all required passed, 1 one failed, "
+        "2 bad input.",
+        deferred=_capabilities_arguments,
+    )
+
+
+def _capabilities_arguments(parser: argparse.ArgumentParser) -> None:
+    from launcher.verify_capabilities import add_arguments
+
+    add_arguments(parser)
+
+
 # The commands in the order --help lists them.
 _COMMANDS: dict[str, Callable[[_Commands], None]] = {
     "plan": _add_plan,
@@ -311,6 +334,7 @@ _COMMANDS: dict[str, Callable[[_Commands], None]] = {
     "catalog": _add_catalog,
     "probe": _add_probe,
     "lint": _add_lint,
+    "capabilities": _add_capabilities,
     "local-group": _add_local_group,
 }
 
@@ -431,6 +455,9 @@ def _cmd_recipes(ns: argparse.Namespace) -> int:
     if ns.recipes_action == "show":
         from launcher.config.recipe_file import builtin_recipe_text
 
+        if ns.capabilities:
+            sys.stdout.write(_capabilities_text(ns.name))
+            return 0
         sys.stdout.write(builtin_recipe_text(ns.name))
         return 0
     from launcher.config.recipe_file import RecipeSource, builtin_recipe_names, load_recipe
@@ -478,6 +505,25 @@ def _cmd_lint(ns: argparse.Namespace) -> int:
         print(finding.line())
     say(f"lint: {len(report.findings)} finding(s) in {report.pods} launcher pod(s)")
     return 1 if report.findings else 0
+
+
+def _capabilities_text(name: str) -> str:
+    """Each pool's capabilities (roles/capabilities.py) as llm-d's proposal writes them (llm-d/llm-d
+    proposals/model-server-capability-contract.md @0172f04d); a pool's `capabilities:` reads it back."""
+    import yaml
+
+    from launcher.config.recipe_file import RecipeSource, builtin_recipe_text, load_recipe
+    from launcher.contract.capabilities import to_requirements
+    from roles.capabilities import pool_capabilities
+
+    builtin_recipe_text(name)  # an unknown name: one line naming the built-in ones
+    recipe = load_recipe(RecipeSource(name, None))
+    pools = {
+        pool: to_requirements({c: level for c, (level, _) in pool_capabilities(recipe, pool).items()})
+        for pool in recipe.pools
+    }
+    head = f"# {name}: each pool's capabilities, derived and declared (`plan` shows who asked for each)\n"
+    return head + yaml.safe_dump(pools, sort_keys=False)
 
 
 def _cmd_catalog(ns: argparse.Namespace) -> int:
@@ -596,6 +642,10 @@ def _main(argv: Sequence[str] | None) -> int:
             from launcher.localgroup import command
 
             return command(ns, list(argv if argv is not None else sys.argv[1:]))
+        if ns.command == "capabilities":
+            from launcher.verify_capabilities import command as check_capabilities
+
+            return check_capabilities(ns)
         if ns.command == "probe":
             from healthchecks.probe import probe
 

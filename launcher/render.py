@@ -13,6 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict
 from typing import Any
 
+from launcher.contract.capabilities import CapabilitiesHeld, CapabilityWatch
 from launcher.contract.plan import (
     IFNAME_PLACEHOLDER,
     Check,
@@ -74,6 +75,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
         "kv_events": None if plan.kv_events is None else _kv_events_dict(plan.kv_events),
         "shutdown": _shutdown_dict(plan.shutdown),
         "host_needs": _needs_dict(plan.needs),
+        "capabilities": None if plan.capabilities is None else _capabilities_dict(plan.capabilities),
     }
 
 
@@ -86,6 +88,33 @@ def _parallelism_dict(layout: Parallelism) -> dict[str, Any]:
         "spans_pods": layout.spans_pods,
         "text": layout.describe(),
     }
+
+
+def _capabilities_dict(watch: CapabilityWatch) -> dict[str, Any]:
+    return {
+        "interval_seconds": watch.interval,
+        "runtime": watch.runtime,
+        "checks": [
+            {
+                "capability": c.capability,
+                "level": c.level.value,
+                "target": c.target,
+                "by": c.by,
+                "probe": {"kind": type(c.probe).__name__, "what": c.probe.what, **asdict(c.probe)},
+            }
+            for c in watch.checks
+        ],
+    }
+
+
+def _capabilities_text(watch: CapabilityWatch) -> list[str]:
+    head = (
+        f"capabilities (checked once the engine answers, before the first ready, every {watch.interval:g} s "
+        "and after a restart; a required one absent: not ready, never a restart):"
+    )
+    return [head] + [
+        f"  {c.level.value} {c.capability} at {c.target}: {c.probe.what} ({c.by})" for c in watch.checks
+    ]
 
 
 def _needs_dict(needs: HostNeeds) -> dict[str, Any]:
@@ -210,6 +239,8 @@ def _check_dict(check: Check) -> dict[str, Any]:
         out["tcp"] = {"host": request.host, "port": request.port}
     elif isinstance(request, EventsFlowing):
         out["kv_events"] = "flowing once a request was served"
+    elif isinstance(request, CapabilitiesHeld):
+        out["capabilities"] = "every required capability present"
     return out
 
 
@@ -364,6 +395,8 @@ def render_text(plan: Plan, with_notes: bool = True) -> str:
         out.append(
             f"group: this pod ends when a peer's launcher stops answering /livez for {lost:g} s: {peers}"
         )
+    if plan.capabilities is not None:
+        out += ["", *_capabilities_text(plan.capabilities)]
     out += ["", *_probes_text(plan.probes)]
     if plan.kv_events is not None:
         watch = plan.kv_events
@@ -396,6 +429,8 @@ def _check_text(check: Check) -> str:
         return f"{check.name} ({request.host}:{request.port} accepts connections)"
     if isinstance(request, EventsFlowing):
         return f"{check.name} (KV events flowing once a request was served)"
+    if isinstance(request, CapabilitiesHeld):
+        return f"{check.name} (every required capability present)"
     return f"{check.name} (process running)"
 
 

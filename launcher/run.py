@@ -256,7 +256,15 @@ async def _run(
             before_weights=health.before_weights,
         )
         health.attach(supervisor)
-        health.watchers = build_watchers(prepared, health, inputs.settings, log, parks=_parks())
+        recorder = ending.events
+        health.watchers = build_watchers(
+            prepared,
+            health,
+            inputs.settings,
+            log,
+            parks=_parks(),
+            record_event=recorder.record if recorder is not None else None,
+        )
         retry = inputs.settings.check_interval
         async with watching(health.watchers, supervisor.condemn, log, health.watcher_errors, retry):
             outcome = await supervisor.run()

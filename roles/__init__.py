@@ -124,7 +124,12 @@ def build_plan(
     if (devices := accelerators(derived.pool, settings.gpus_per_node)) is not None:
         plan = replace(plan, needs=replace(plan.needs, accelerators=devices))
     plan = fill_rdma(plan, found.rdma)
-    return plan if found.interface is None else fill_interface(plan, found.interface)
+    plan = plan if found.interface is None else fill_interface(plan, found.interface)
+    from roles.capabilities import with_capabilities
+
+    return with_capabilities(
+        plan, recipe, derived.pool, family, settings.capability_seconds, settings.pd_canary_prefiller
+    )
 
 
 def _input_notes(settings: Settings, recipe: Recipe, pool: Pool, shutdown: ShutdownBudget) -> list[str]:

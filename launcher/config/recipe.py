@@ -25,6 +25,7 @@ from pydantic import (
     model_validator,
 )
 
+from launcher.contract.capabilities import VOCABULARY
 from launcher.contract.plan import Parallelism
 from launcher.contract.record import record
 from launcher.contract.redact import is_secret_flag
@@ -172,6 +173,33 @@ Size = Annotated[
 ]
 
 
+class CapabilitySpec(_Data):
+    """One capability the pool promises (launcher/contract/capabilities.py); a bare name is required."""
+
+    name: str = Field(description="A capability name (docs/probes-and-watchers.md lists them).")
+    level: Literal["required", "expected", "off"] = Field(
+        "required",
+        description="required: gates readiness; expected: metric and alert only; off: drop a derived one.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_name(cls, data: Any) -> Any:
+        return {"name": data} if isinstance(data, str) else data
+
+    @field_validator("level", mode="before")
+    @classmethod
+    def _yaml_off(cls, level: Any) -> Any:
+        return "off" if level is False else level  # YAML 1.1 reads a bare `off` as false
+
+    @field_validator("name")
+    @classmethod
+    def _known(cls, name: str) -> str:
+        if name not in VOCABULARY:
+            raise ValueError(f"{name!r} is not a capability: one of {', '.join(VOCABULARY)}")
+        return name
+
+
 class RouterSpec(_Data):
     """What the llm-d router in front of this pool expects of it (its Helm values). Checked when the
     recipe loads (ports, hash seed, block size flags) and at run time (the block_size of the engine's
@@ -315,6 +343,11 @@ class EnginePool(_Data):
         "as `>=0.32,<0.34`; preflight refuses an engine outside it.",
     )
     router: RouterSpec | None = Field(None, description="What the llm-d router in front of the pool expects.")
+    capabilities: list[CapabilitySpec] = Field(
+        [],
+        description="Capabilities the pool promises besides those derived from the recipe (a name: "
+        "required; {name, level}: required, expected or off); `plan` shows the whole list.",
+    )
 
     tensor_parallel: Count | None = Field(None, description="Tensor-parallel size of one engine.")
     pipeline_parallel: Count | None = Field(
@@ -335,6 +368,16 @@ class EnginePool(_Data):
         return Parallelism(
             self.tensor_parallel or 1, self.pipeline_parallel or 1, self.local_ranks, self.nodes
         )
+
+    @field_validator("capabilities", mode="before")
+    @classmethod
+    def _proposal_shape(cls, value: Any) -> Any:
+        """llm-d's `requirements: {modelServer: {capabilities: [...]}}` (`recipes show --capabilities`)."""
+        if isinstance(value, dict) and "requirements" in value:
+            from launcher.contract.capabilities import from_requirements
+
+            return [{"name": n, "level": level.value} for n, level in from_requirements(value).items()]
+        return value
 
     @field_validator("engine_versions")
     @classmethod

@@ -391,6 +391,15 @@ class Settings(BaseSettings):
         section="run",
         gt=0,
     )
+    capability_seconds: float = setting(
+        60.0,
+        "seconds between two runs of the pod's capability checks (the render, metrics, KV-event and "
+        "transfer promises `plan` lists), which also run once the engine answers, before the pod is "
+        "first ready, and after any process restart; a required one absent makes the pod unready, "
+        "never ends it (0: no capability checks)",
+        fix="give a number of seconds, or 0 to check no capability",
+        ge=0,
+    )
     peer_lost_seconds: float = setting(
         10.0,
         "a pod of the LWS group whose launcher answered /livez once and then fails it this long ends "

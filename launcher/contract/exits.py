@@ -144,6 +144,9 @@ EXIT_CODES = (
 # row: short UpperCamelCase, as the kubelet keeps its own (kubernetes/kubernetes pkg/kubelet/events/
 # event.go: BackOff, Failed, ...), derived from the row's name (bad-input -> BadInput).
 EVENT_REASONS = {row.name: "".join(part.capitalize() for part in row.name.split("-")) for row in EXIT_CODES}
+# The one reason that is not an end: a required capability absent holds the pod unready
+# (healthchecks/capabilities.py), never ends it.
+CAPABILITY_ABSENT = "CapabilityAbsent"
 
 
 def code_name(code: int) -> str:

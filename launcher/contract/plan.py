@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from dataclasses import field, replace
 from enum import Enum
 
+from launcher.contract.capabilities import CapabilitiesHeld, CapabilityWatch
 from launcher.contract.record import record
 
 # Shown where a value is only known inside the pod (kubelet's own $(VAR) notation).
@@ -166,7 +167,7 @@ class Check:
 
     name: str
     process: str
-    request: HttpCheck | TcpCheck | EventsFlowing | None = None
+    request: HttpCheck | TcpCheck | EventsFlowing | CapabilitiesHeld | None = None
 
 
 @record
@@ -530,6 +531,7 @@ class Plan:
     model_path: str | None = None  # where the engine loads weights from: a directory or a hub id
     kv_events: KvEventsWatch | None = None  # the publishers the launcher watches
     needs: HostNeeds = field(default_factory=HostNeeds)  # what preflight checks on the host
+    capabilities: CapabilityWatch | None = None  # what the pod promises its router, checked while it runs
 
     @property
     def engine(self) -> ProcessSpec:

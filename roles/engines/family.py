@@ -27,6 +27,7 @@ from launcher.contract.record import record
 
 if TYPE_CHECKING:
     from roles.context import BuildContext
+    from roles.engines.capability_adapter import CapabilityAdapter
 
 P = TypeVar("P")
 
@@ -123,6 +124,7 @@ class EngineFamily(Generic[P]):
     shm_segments: tuple[str, ...] = ()  # regexes of the /dev/shm files it leaves behind when it crashes
     # Why pods of one group must not share /dev/shm unless they share the network (None: no such trap).
     shm_across_pods: str | None = None
+    capabilities: CapabilityAdapter | None = None  # how it exposes the capability vocabulary
 
     def phase_lines(self, version: str | None) -> PhaseLines | None:
         """The range holding the engine's release; None when no range does."""

@@ -24,6 +24,7 @@ from launcher.contract.plan import (
 )
 from roles.args import Arg, arg, flag_key
 from roles.context import BuildContext, owned_flags
+from roles.engines.capability_adapter import CapabilityAdapter, KvPool, MetricNames
 from roles.engines.disagg_sidecar import SIDECAR_OWNED, disagg_sidecar
 from roles.engines.family import EngineFamily, PhaseLines, StepSignals
 from roles.probes import completion_body, pooling_body
@@ -151,8 +152,29 @@ def host_memory(pool: SglangPool, where: str) -> list[MemoryItem]:
     return [MemoryItem(f"sglang hicache host pool x {ranks} ranks", per_rank * ranks, ranks, False)]
 
 
+SGLANG_CAPABILITIES = CapabilityAdapter(
+    render_paths={},  # llm-d's precise-prefix guide runs a vLLM render pool beside SGLang
+    render_source="SGLang 0.5.23 serves no render endpoint (llm-d/llm-d guides/precise-prefix-cache-"
+    "routing/render/standalone/)",
+    metrics={
+        "metric.queue-depth": MetricNames(
+            ("sglang:num_queue_reqs",), "SGLang 0.5.22 srt/observability/metrics_collector.py:363"
+        ),
+        "metric.kv-cache-utilization": MetricNames(
+            ("sglang:token_usage",), "SGLang 0.5.22 srt/observability/metrics_collector.py:397"
+        ),
+    },
+    context_flag="context-length",
+    kv_pool=KvPool(
+        "/get_server_info",
+        "SGLang 0.5.23 srt/entrypoints/http_server.py get_server_info (the scheduler's max_total_num_tokens)",
+        json_key="max_total_num_tokens",
+    ),
+)
+
 SGLANG = EngineFamily(
     name="sglang",
+    capabilities=SGLANG_CAPABILITIES,
     pools=(SglangPool,),
     build=build_sglang_plan,
     host_memory=host_memory,

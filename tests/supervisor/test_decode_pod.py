@@ -75,7 +75,7 @@ def test_sidecar_down_makes_the_pod_not_ready_naming_the_sidecar(tmp_path: Path)
     pod = _decode_pod(tmp_path, env).start()
     try:
         ready = pod.wait_probe("readyz", 200)
-        assert set(ready["checks"]) == {"engine", "disagg-sidecar"}
+        assert set(ready["checks"]) == {"engine", "disagg-sidecar", "capabilities"}
         assert f"GET :{pod.ports['supervisor']}/readyz: 200" in ready["checks"]["engine"]["detail"]
         children = psutil.Process(pod.pid).children()
         sidecar = next(p for p in children if p.cmdline()[1].endswith("llm-d-router-disagg-sidecar"))

@@ -57,6 +57,8 @@ def test_startup_reports_phase_and_weight_progress_then_ready(make_pod: MakePod)
         "checks": {
             "engine": {"ok": True, "detail": f"GET :{pod.port}/health: 200"},
             "render": {"ok": True, "detail": ready["checks"]["render"]["detail"]},
+            # the router's scorer metrics (roles/capabilities.py), checked before the first 200
+            "capabilities": {"ok": True, "detail": "every required capability present"},
         },
     }
     # the busy bound (LLMD_STEP_SECONDS) is stated while live (#32)

@@ -82,5 +82,7 @@ def test_only_the_named_commands_parser_is_built(capsys: pytest.CaptureFixture[s
     assert "invalid choice" in capsys.readouterr().err
     assert _parser("probe").parse_args(["probe", "live"]).which == "live"
     listed = _parser(None).format_help()
-    assert list(_COMMANDS) == ["plan", "run", "recipes", "version", "catalog", "probe", "lint", "local-group"]
+    assert list(_COMMANDS) == [
+        "plan", "run", "recipes", "version", "catalog", "probe", "lint", "capabilities", "local-group"
+    ]  # fmt: skip
     assert all(re.search(rf"^    {name}\b", listed, re.M) for name in _COMMANDS)

@@ -92,7 +92,10 @@ def test_an_unknown_key_lists_the_valid_ones_and_echoes_no_value(run_cli: Any, t
     lines = err.splitlines()
     assert len(lines) == 2
     assert "model.revison: unknown key (valid keys: path, served_name);" in lines[0]
-    assert "pools.serve.memory: unknown key (valid keys: api_servers, args, data_parallel_local," in lines[1]
+    assert (
+        "pools.serve.memory: unknown key (valid keys: api_servers, args, capabilities, data_parallel_local,"
+        in lines[1]
+    )
     assert all(line.endswith("(its keys and types: `llm-d-launcher recipes schema`)") for line in lines)
 
 

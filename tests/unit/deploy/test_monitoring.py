@@ -198,6 +198,24 @@ CASES = {
     "LlmdLauncherKvEventsSilent": Case(
         {_s("llmd_launcher_kv_event_silent", rank="0"): "1x20"}, "11m", "9m", {"rank": "0"}
     ),
+    "LlmdLauncherCapabilityAbsent": Case(  # a peer's side channel, expected: the alert names the peer
+        {
+            _s(
+                "llmd_launcher_capability",
+                capability="kv-transfer.peer-side-channel-reachable",
+                level="expected",
+                target="peer prefill 10.0.0.2:5600",
+                state="absent",
+            ): "0 0 1x15"
+        },
+        "13m",
+        "11m",
+        {
+            "capability": "kv-transfer.peer-side-channel-reachable",
+            "level": "expected",
+            "target": "peer prefill 10.0.0.2:5600",
+        },
+    ),
     "LlmdLauncherBlockSizeMismatch": Case(
         {_s("llmd_launcher_kv_event_block_size_mismatch", rank="0"): "0 1x10"}, "7m", "5m", {"rank": "0"}
     ),

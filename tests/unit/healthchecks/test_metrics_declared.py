@@ -8,6 +8,7 @@ import pytest
 import structlog
 from prometheus_client import generate_latest
 
+from healthchecks.capabilities import CapabilityWatcher
 from healthchecks.forward import ForwardWatcher
 from healthchecks.kv_transfer import KvTransferRelay
 from healthchecks.kvevents.watcher import KvEventWatcher
@@ -16,6 +17,7 @@ from healthchecks.pd_canary import PdCanaryWatcher
 from healthchecks.peers import PeerWatcher
 from healthchecks.state import BuildInfo, PodHealth
 from healthchecks.store_master import StoreMasterWatcher
+from launcher.contract.capabilities import CapabilityCheck, CapabilityWatch, Level, TcpOpen
 from launcher.contract.plan import (
     Check,
     KvEventSource,
@@ -49,6 +51,16 @@ def health(monkeypatch: pytest.MonkeyPatch) -> PodHealth:
         PdCanaryWatcher(PdCanary("p:8000", 8000, tls=False), watch, lambda: True, 1.0, log),
         PeerWatcher(with_peers, 1.0, 1.0, log),
         StoreMasterWatcher(master, "marker", 1.0, 1.0, log),
+        CapabilityWatcher(
+            CapabilityWatch(
+                (CapabilityCheck("metric.queue-depth", Level.REQUIRED, TcpOpen("h", 1), "t", "b"),),
+                60,
+                "vllm",
+            ),
+            health,
+            1.0,
+            log,
+        ),
     )
     monkeypatch.setattr(type(health.progress), "weight_ratio", property(lambda _: 0.5))
     return health

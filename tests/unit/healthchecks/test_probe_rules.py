@@ -24,12 +24,20 @@ def http(name: str, port: int, path: str = "/health") -> dict[str, Any]:
     return {"name": name, "process": name, "http": {"port": port, "path": path}}
 
 
+# A serving pod's required capabilities (roles/capabilities.py) gate its readiness.
+CAPABILITIES = {
+    "name": "capabilities",
+    "process": "engine",
+    "capabilities": "every required capability present",
+}
+
+
 ROLES = {
     "prefill-leader": (
         lws(PREFILL_LEADER, 2, 0, "10.64.1.10", "prefill"),
         {
             "port": 8090,
-            "ready": [http("engine", 8000), http("render", 8089)],
+            "ready": [http("engine", 8000), http("render", 8089), CAPABILITIES],
             "started": http("engine", 8000),
             "progress": "vllm",
         },
@@ -53,6 +61,7 @@ ROLES = {
             "ready": [
                 {"name": "engine", "process": "engine", "http": {"port": 8208, "path": "/readyz"}},
                 http("disagg-sidecar", 8000),
+                CAPABILITIES,
             ],
             "started": {"name": "engine", "process": "engine", "http": {"port": 8208, "path": "/readyz"}},
             "progress": "vllm",
@@ -62,7 +71,7 @@ ROLES = {
         lws(TPU_LEADER, 4, 0, "10.64.3.0", "tpu"),
         {
             "port": 8090,
-            "ready": [http("engine", 30000)],
+            "ready": [http("engine", 30000), CAPABILITIES],
             "started": http("engine", 30000),
             "progress": "sglang",
         },
@@ -218,7 +227,8 @@ def test_text_plan_says_how_the_pod_is_probed(run_cli: Any) -> None:
     _, out, _ = run_cli("plan", env=ROLES["decode"][0])
     assert out.endswith(
         "probes on :8090 (/livez /readyz /startupz /metrics)\n"
-        "  ready when: engine (GET :8208/readyz = 200), disagg-sidecar (GET :8000/health = 200)\n"
+        "  ready when: engine (GET :8208/readyz = 200), disagg-sidecar (GET :8000/health = 200), "
+        "capabilities (every required capability present)\n"
         "  started when: engine (GET :8208/readyz = 200) passes once; start-up progress read from "
         "vllm's output\n"
         "  start-up deadline: 2700 s, then the pod ends (exit 6) naming its phase\n"

@@ -53,7 +53,7 @@ def test_the_factory_builds_every_watcher_the_plan_asks_for() -> None:
     assert plan.probes is not None
     watchers = build_watchers(plan, PodHealth(plan.probes), _prefill_leader(), QuietLog(), parks=False)
     assert [w.name for w in watchers] == [
-        "checks", "kv-events", "startup-deadline", "forward", "peers", "store_master"
+        "checks", "capabilities", "kv-events", "startup-deadline", "forward", "peers", "store_master"
     ]  # fmt: skip
 
 
@@ -77,7 +77,7 @@ def test_the_factory_builds_only_the_check_runner_when_every_watch_is_off() -> N
     settings = _prefill_leader(stall_seconds=0, peer_lost_seconds=0, startup_seconds=0)
     plan = build_plan(settings, KIMI)
     assert plan.probes is not None and plan.kv_events is not None
-    plan = replace(plan, kv_events=None, needs=replace(plan.needs, store_master=None))
+    plan = replace(plan, kv_events=None, needs=replace(plan.needs, store_master=None), capabilities=None)
     watchers = build_watchers(plan, PodHealth(plan.probes), settings, QuietLog(), parks=False)
     assert [w.name for w in watchers] == ["checks"]
 

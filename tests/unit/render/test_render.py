@@ -125,6 +125,7 @@ def test_json_schema_is_stable(plan_json: Any) -> None:
         "kv_events",
         "shutdown",
         "host_needs",
+        "capabilities",
     ]
     assert list(plan["role"]) == [
         "name",
@@ -263,5 +264,6 @@ def test_readme_json_schema_matches_plan_to_dict(plan_json: Any) -> None:
         *plan_json(env={**DECODE, "LLMD_PD_CANARY_PREFILLER": "p:8000"})["probes"]["pd_canary"],
         *(needs := plan["host_needs"]), *needs["derived_env"][0], *needs["modules"][0],
         *needs["memory"][0], *needs["flag_catalog"], *needs["rdma"], *needs["store_master"],
+        *(caps := plan["capabilities"]), *caps["checks"][0], "kind", "what",
     }  # fmt: skip
     assert documented == actual
