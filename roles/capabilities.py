@@ -20,7 +20,7 @@ import re
 from dataclasses import replace
 from typing import Any
 
-from launcher.config.recipe import EnginePool, Pool, Recipe, optional_spec
+from launcher.config.recipe import NIXL_SECTION, EnginePool, Pool, Recipe, optional_spec
 from launcher.contract.capabilities import (
     CapabilitiesHeld,
     CapabilityCheck,
@@ -73,14 +73,14 @@ def pool_capabilities(recipe: Recipe, name: str) -> Levels:
                 add(capability, f"{where}.router.kv_events_port (precise-prefix scoring tokenizes by render)")
     for capability in METRICS:
         add(capability, "the router's queue and kv-cache-utilization scorers")
-    if optional_spec(pool, "nixl") is not None:
-        add("kv-transfer.side-channel-listening", f"{where}.nixl")
+    if optional_spec(pool, NIXL_SECTION) is not None:
+        add("kv-transfer.side-channel-listening", f"{where}.{NIXL_SECTION}")
     if getattr(pool, "disagg_sidecar", None) is not None:
         add("disagg.sidecar-answering", f"{where}.disagg_sidecar")
         if (peer := _prefill_peer(recipe, name)) is not None:
             add(
                 "kv-transfer.peer-side-channel-reachable",
-                f"pools.{peer}.nixl (the P/D peer's)",
+                f"pools.{peer}.{NIXL_SECTION} (the P/D peer's)",
                 Level.EXPECTED,
             )
     if isinstance(pool.args.get(adapter.context_flag), int):
@@ -105,7 +105,7 @@ def _prefill_peer(recipe: Recipe, name: str) -> str | None:
             other
             for other, pool in recipe.pools.items()
             if other != name
-            and optional_spec(pool, "nixl") is not None
+            and optional_spec(pool, NIXL_SECTION) is not None
             and getattr(pool, "disagg_sidecar", None) is None
         ),
         None,
@@ -202,10 +202,10 @@ def _probes(
         return out
     if capability == "kv-transfer.side-channel-listening":
         host = plan.engine.env.get(adapter.side_channel_host_env or "", "127.0.0.1")
-        return [(f"{t} on {host}", TcpOpen(host, port)) for t, port in _ports(plan, "nixl")]
+        return [(f"{t} on {host}", TcpOpen(host, port)) for t, port in _ports(plan, NIXL_SECTION)]
     if capability == "kv-transfer.peer-side-channel-reachable":
         peer = _prefill_peer(recipe, name)
-        nixl = optional_spec(recipe.pools[peer], "nixl") if peer else None
+        nixl = optional_spec(recipe.pools[peer], NIXL_SECTION) if peer else None
         if prefiller is None or nixl is None:
             return []
         host, _ = _split(prefiller)

@@ -639,6 +639,9 @@ class Recipe(_Data):
         return pool.model or self.model
 
 
+NIXL_SECTION = "nixl"  # a pool's NIXL side-channel section (NixlSpec), as recipes and plans name it
+
+
 def optional_spec(pool: object, name: str) -> Any:
     """A pool's optional section by field name (nixl, mooncake_store, kv_events, render), None when its
     engine's pool class has no such field: the checks below name no engine (docs/adding-an-engine.md)."""
