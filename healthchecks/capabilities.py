@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from healthchecks.http import NoAnswer, http_reply, tcp_connect
+from healthchecks.engine_metrics import METRICS_BYTES
+from healthchecks.http import BODY_BYTES, NoAnswer, http_reply, tcp_connect
 from healthchecks.metrics import CAPABILITY
 from healthchecks.watcher import Watcher
 from launcher.contract.capabilities import (
@@ -181,7 +182,7 @@ async def _http_answer(session: ClientSession, probe: HttpAnswer, host: str, tim
     data = None if probe.body is None else json.dumps(probe.body).encode()
     reply = await http_reply(
         session, f"http://{_bracket(host)}:{probe.port}{probe.path}", timeout,
-        read=True, method=probe.method, data=data,
+        read=BODY_BYTES, method=probe.method, data=data,
         headers={"Content-Type": "application/json"} if data else None,
     )  # fmt: skip
     said = f"{probe.method} {probe.path} returned {reply.status}"
@@ -210,7 +211,7 @@ def _holds(answer: object, key: str, depth: int = 4) -> bool:
 
 
 async def _read(session: ClientSession, url: str, timeout: float) -> tuple[int, str]:
-    reply = await http_reply(session, url, timeout, read=True)
+    reply = await http_reply(session, url, timeout, read=METRICS_BYTES)  # /metrics, /get_server_info
     return reply.status, reply.body
 
 

@@ -56,6 +56,9 @@ async def http_reply(
     at most (0: the body is not read)."""
     import aiohttp
 
+    if isinstance(read, bool):  # `read=True` type-checks as 1: a byte count is asked for
+        raise TypeError("read is the body's byte count, not a flag")
+
     try:
         async with session.request(
             method,

@@ -154,14 +154,15 @@ async def _detect(host: str, port: int, timeout: float) -> tuple[str, Any]:
     """The engine family (by the prefix of its /metrics families) and its /version, best effort."""
     import aiohttp
 
-    from healthchecks.http import NoAnswer, http_get
+    from healthchecks.engine_metrics import METRICS_BYTES
+    from healthchecks.http import BODY_BYTES, NoAnswer, http_get
     from roles.engines import FAMILIES
 
     base = f"http://{host}:{port}"
     async with aiohttp.ClientSession() as session:
         try:
-            _, metrics = await http_get(session, f"{base}/metrics", timeout, read=True)
-            _, version = await http_get(session, f"{base}/version", timeout, read=True)
+            _, metrics = await http_get(session, f"{base}/metrics", timeout, read=METRICS_BYTES)
+            _, version = await http_get(session, f"{base}/version", timeout, read=BODY_BYTES)
         except NoAnswer as exc:
             return f"unknown ({base}: {exc})", None
     family = next((f for f in FAMILIES if f.capabilities and f"\n{f.name}:" in f"\n{metrics}"), None)
