@@ -47,6 +47,8 @@ def test_builtin_recipes_are_data_for_more_than_kimi() -> None:
         "optimized-baseline-tpu-v7-vllm",
         "pd-disaggregation-gpu-sglang",
         "pd-disaggregation-gpu-vllm",
+        "precise-prefix-cache-routing-cpu-vllm",
+        "precise-prefix-cache-routing-gpu-vllm",
         "vllm-single-pod",
         "wide-ep-deepseek-v4",
     ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import subprocess
 import tempfile
 from collections import Counter
@@ -59,6 +60,13 @@ NETWORK = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "VLLM_HOST_IP"}
 SGLANG_NETWORK = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME", "SGLANG_HOST_IP"}
 
 NIXL_PORT = "VLLM_NIXL_SIDE_CHANNEL_PORT"  # vLLM's default (5600), written out: the launcher declares it
+PRECISE_GPU_GRACE = Difference(
+    ("--shutdown-timeout=30",),
+    ("--shutdown-timeout=35",),
+    "the launcher derives the drain from LLMD_GRACE_SECONDS=60 (the guide's terminationGracePeriodSeconds) "
+    "less its own deregistration (the guide's 15 s preStop sleep, capped at a sixth: 10 s), the teardown, "
+    "the sidecar window and its kill margin (ShutdownBudget)",
+)
 SIDECAR_TARGET = Difference(
     (),
     ("--model-server-port=8200", "--data-parallel-size=1"),
@@ -76,6 +84,8 @@ DIFFERENCES: dict[tuple[str, str], list[Difference]] = {
     ("pd-disaggregation-gpu-vllm", "prefill"): [DEFAULT_GRACE, PORT],
     ("pd-disaggregation-gpu-vllm", "decode"): [DEFAULT_GRACE],
     ("optimized-baseline-tpu-v7-vllm", "decode"): [GRACE],
+    ("precise-prefix-cache-routing-cpu-vllm", "decode"): [GRACE, PORT],
+    ("precise-prefix-cache-routing-gpu-vllm", "decode"): [PRECISE_GPU_GRACE, PORT],
     ("wide-ep-deepseek-v4", "prefill"): [DEFAULT_GRACE],
     ("wide-ep-deepseek-v4", "decode"): [DEFAULT_GRACE],
 }
@@ -88,6 +98,12 @@ SIDECAR_DIFFERENCES: dict[tuple[str, str], list[Difference]] = {
 SHELL_INPUTS: dict[tuple[str, str], set[str]] = {
     ("wide-ep-deepseek-v4", "prefill"): {"DP_SIZE_LOCAL", "TP_SIZE"},
     ("wide-ep-deepseek-v4", "decode"): {"DP_SIZE_LOCAL", "TP_SIZE", "MAX_TOKENS"},
+}
+# The guide's inputs to Kubernetes' $(VAR) expansion of its args (vLLM reads none of them): the
+# launcher writes the KV-event endpoint and topic itself.
+EXPANSION_INPUTS: dict[tuple[str, str], set[str]] = {
+    ("precise-prefix-cache-routing-cpu-vllm", "decode"): {"POD_PORT", "KV_EVENTS_ENDPOINT"},
+    ("precise-prefix-cache-routing-gpu-vllm", "decode"): {"POD_PORT", "KV_EVENTS_ENDPOINT"},
 }
 # Set by both, to other values: the guide names eth0, the launcher the interface that holds POD_IP.
 IFNAMES = {"GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"}
@@ -104,6 +120,8 @@ ENV_DIFFERENCES: dict[tuple[str, str], set[str]] = {
     ("pd-disaggregation-gpu-vllm", "prefill"): {READY_TIMEOUT, *NETWORK, NIXL_PORT},
     ("pd-disaggregation-gpu-vllm", "decode"): {READY_TIMEOUT, *NETWORK, NIXL_PORT},
     ("optimized-baseline-tpu-v7-vllm", "decode"): {READY_TIMEOUT, *NETWORK},
+    ("precise-prefix-cache-routing-cpu-vllm", "decode"): {READY_TIMEOUT, *NETWORK},
+    ("precise-prefix-cache-routing-gpu-vllm", "decode"): {READY_TIMEOUT, *NETWORK},
     ("wide-ep-deepseek-v4", "prefill"): {READY_TIMEOUT, "VLLM_HOST_IP", NIXL_PORT},
     ("wide-ep-deepseek-v4", "decode"): {READY_TIMEOUT, "VLLM_HOST_IP", NIXL_PORT},
 }
@@ -171,12 +189,27 @@ def run_guide_shell(pod: dict[str, Any]) -> dict[str, list[str]]:
         return {f.name.removesuffix(".argv"): f.read_text().split("\0")[:-1] for f in stubs.glob("*.argv")}
 
 
+# The downward API's values for the fields the guides' pods read (env_from_field).
+FIELDS = {"status.podIP": POD_IP, "metadata.namespace": "llm-d"}
+
+
+_REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def kubernetes_expand(word: str, env: dict[str, str]) -> str:
+    """Kubernetes' expansion of a container's command and args: $(VAR) is the container's env var VAR,
+    $$ is a literal $, a reference to an undefined var stays as written (k8s.io/kubernetes
+    third_party/forked/golang/expansion)."""
+    return _REFERENCE.sub(lambda m: "$" if m[0] == "$$" else env.get(m[1], m[0]), word)
+
+
 def guide_argv(pod: dict[str, Any]) -> list[str]:
-    """The engine command the guide's pod runs: its command and args, or what its script execs."""
+    """The engine command the guide's pod runs: its command and args as Kubernetes expands them, or
+    what its script execs."""
     if "shell" in pod:
         return run_guide_shell(pod)["vllm"]
-    argv: list[str] = [*pod["command"], *pod["args"]]
-    return argv
+    env = {**guide_env(pod), **{k: FIELDS[v] for k, v in pod.get("env_from_field", {}).items()}}
+    return [kubernetes_expand(w, env) for w in [*pod["command"], *pod["args"]]]
 
 
 def role_of(pod_name: str, pod: dict[str, Any]) -> str:
@@ -218,7 +251,7 @@ def test_the_plan_has_the_guides_env(
     env, expected = engine(pod_plan(plan_json, recipe, pod))["env"], guide_env(pod)
     key = (recipe, role_of(pod_name, pod))
     assert set(env) - set(expected) == ENV_DIFFERENCES.get(key, set())
-    assert set(expected) - set(env) == SHELL_INPUTS.get(key, set())
+    assert set(expected) - set(env) == SHELL_INPUTS.get(key, set()) | EXPANSION_INPUTS.get(key, set())
     differ = {k for k in set(env) & set(expected) if env[k] != expected[k]}
     assert differ == ENV_VALUE_DIFFERENCES.get(key, set())
     # A Secret's value comes from the pod's env (deploy/), never from the recipe or the plan.
@@ -272,7 +305,8 @@ def test_every_difference_is_documented() -> None:
     for difference in {d for ds in [*DIFFERENCES.values(), *SIDECAR_DIFFERENCES.values()] for d in ds}:
         for word in (*difference.guide, *difference.plan):
             assert f"`{word.split('=')[0]}`" in section, word
-    for names in [*ENV_DIFFERENCES.values(), *SHELL_INPUTS.values(), *ENV_VALUE_DIFFERENCES.values()]:
+    inputs = [*SHELL_INPUTS.values(), *EXPANSION_INPUTS.values()]
+    for names in [*ENV_DIFFERENCES.values(), *inputs, *ENV_VALUE_DIFFERENCES.values()]:
         for name in names:
             assert f"`{name}`" in section, name
 
