@@ -100,7 +100,8 @@ def check_launcher_pod(
         if "secretKeyRef" in e.get("valueFrom", {})
     }
     assert secrets == pod.get("env_from_secret", {})
-    shm = [v["emptyDir"]["sizeLimit"] for v in spec["volumes"] if v["name"] == "shm"]
+    shm = [v["emptyDir"].get("sizeLimit") for v in spec["volumes"] if v["name"] == "shm"]
+    shm = [s for s in shm if s is not None]  # a guide may leave its memory-backed shm unbounded
     guide_shm = [parse_size(pod["shm"])] if "shm" in pod else []
     assert [parse_size(s) for s in shm] == guide_shm == ([pool.host.shm] if pool.host.shm else [])
     assert spec.get("nodeSelector") == pod.get("node_selector")

@@ -67,6 +67,17 @@ PRECISE_GPU_GRACE = Difference(
     "less its own deregistration (the guide's 15 s preStop sleep, capped at a sixth: 10 s), the teardown, "
     "the sidecar window and its kill margin (ShutdownBudget)",
 )
+TIERED_GRACE = Difference(
+    (),
+    ("--shutdown-timeout=110",),
+    "the guide sets no drain under its 130 s grace period; the launcher drains in-flight requests within "
+    "it: 130 s less deregistration (5 s), teardown, sidecar window and kill margin",
+)
+ACCESS_LOG = Difference(
+    (),
+    ("--disable-access-log-for-endpoints=/health",),
+    "the launcher polls /health every second; the guide's command keeps vLLM's access log as it is",
+)
 SIDECAR_TARGET = Difference(
     (),
     ("--model-server-port=8200", "--data-parallel-size=1"),
@@ -86,6 +97,7 @@ DIFFERENCES: dict[tuple[str, str], list[Difference]] = {
     ("optimized-baseline-tpu-v7-vllm", "decode"): [GRACE],
     ("precise-prefix-cache-routing-cpu-vllm", "decode"): [GRACE, PORT],
     ("precise-prefix-cache-routing-gpu-vllm", "decode"): [PRECISE_GPU_GRACE, PORT],
+    ("tiered-prefix-cache-gpu-vllm", "decode"): [TIERED_GRACE, PORT, ACCESS_LOG],
     ("wide-ep-deepseek-v4", "prefill"): [DEFAULT_GRACE],
     ("wide-ep-deepseek-v4", "decode"): [DEFAULT_GRACE],
 }
@@ -122,6 +134,7 @@ ENV_DIFFERENCES: dict[tuple[str, str], set[str]] = {
     ("optimized-baseline-tpu-v7-vllm", "decode"): {READY_TIMEOUT, *NETWORK},
     ("precise-prefix-cache-routing-cpu-vllm", "decode"): {READY_TIMEOUT, *NETWORK},
     ("precise-prefix-cache-routing-gpu-vllm", "decode"): {READY_TIMEOUT, *NETWORK},
+    ("tiered-prefix-cache-gpu-vllm", "decode"): {READY_TIMEOUT, *NETWORK},
     ("wide-ep-deepseek-v4", "prefill"): {READY_TIMEOUT, "VLLM_HOST_IP", NIXL_PORT},
     ("wide-ep-deepseek-v4", "decode"): {READY_TIMEOUT, "VLLM_HOST_IP", NIXL_PORT},
 }
