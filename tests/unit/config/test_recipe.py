@@ -48,6 +48,7 @@ def test_builtin_recipes_are_data_for_more_than_kimi() -> None:
         "pd-disaggregation-gpu-sglang",
         "pd-disaggregation-gpu-vllm",
         "precise-prefix-cache-routing-cpu-vllm",
+        "precise-prefix-cache-routing-gpu-sglang",
         "precise-prefix-cache-routing-gpu-vllm",
         "tiered-prefix-cache-gpu-vllm",
         "vllm-single-pod",

@@ -17,13 +17,15 @@ from typing import Any
 import pytest
 import yaml
 
-from launcher.config.recipe import VllmPool
+from launcher.config.recipe import SglangPool, VllmPool
 from launcher.config.recipe_file import RecipeSource, load_recipe
 from tests.unit.deploy.test_guide_verify import job
 from tests.unit.deploy.test_manifests import ROOT, container_env, kustomize, validate
 
 FIXTURES = ROOT / "tests" / "fixtures" / "guides"
-VARIANTS = sorted(p.stem for p in FIXTURES.glob("precise-prefix-cache-routing-*.yaml"))
+FACTS = {p.stem: yaml.safe_load(p.read_text()) for p in FIXTURES.glob("precise-prefix-cache-routing-*.yaml")}
+VARIANTS = sorted(name for name, facts in FACTS.items() if "render_service" in facts)  # vLLM renders itself
+STANDALONE = sorted(name for name, facts in FACTS.items() if "render_pool" in facts)  # SGLang does not
 NAME_PREFIX = "precise-prefix-cache-routing-"  # the guide's render/ kustomization namePrefix
 
 
@@ -36,7 +38,7 @@ def test_the_render_service_fronts_the_pods_the_router_renders_on(recipe_name: s
     """The guide's render Service, by its name (the router's token-producer vllm.url), selects this
     variant's model-server pods and reaches vLLM's API port on them; the router's KV-event socket is a
     container port, the recipe's kv_events.port and the router's socketPort."""
-    facts = yaml.safe_load((FIXTURES / f"{recipe_name}.yaml").read_text())
+    facts = FACTS[recipe_name]
     docs = rendered(ROOT / "deploy" / recipe_name)
     for doc in docs:
         assert validate(doc) == [], doc["metadata"]["name"]
@@ -56,6 +58,52 @@ def test_the_render_service_fronts_the_pods_the_router_renders_on(recipe_name: s
     assert ports[port["targetPort"]] == pool.port == facts["pods"]["decode"]["ports"]["modelserver"]
     kv_events = facts["pods"]["decode"]["ports"]["kv-events"]
     assert ports["kv-events"] == pool.kv_events.port == pool.router.kv_events_port == kv_events
+
+
+@pytest.mark.parametrize("recipe_name", STANDALONE)
+def test_sglang_pods_publish_kv_events_and_the_router_renders_on_the_guides_standalone_pool(
+    recipe_name: str,
+) -> None:
+    """SGLang serves no /v1/*/render: the Service of the same name fronts the guide's GPU-less
+    `vllm launch render` pool, whose pods the InferencePool (llm-d.ai/guide) must not select."""
+    facts = FACTS[recipe_name]
+    docs = rendered(ROOT / "deploy" / recipe_name)
+    for doc in docs:
+        assert validate(doc) == [], doc["metadata"]["name"]
+    (service,) = [d for d in docs if d["kind"] == "Service"]
+    assert service["metadata"]["name"] == NAME_PREFIX + "render"
+    (render,) = [
+        d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == service["metadata"]["name"]
+    ]
+    (server,) = [d for d in docs if d["kind"] == "Deployment" and d is not render]
+    pod = render["spec"]["template"]
+    assert service["spec"]["selector"].items() <= pod["metadata"]["labels"].items()
+    assert "llm-d.ai/guide" not in pod["metadata"]["labels"]
+    assert not service["spec"]["selector"].items() <= server["spec"]["template"]["metadata"]["labels"].items()
+    (container,) = pod["spec"]["containers"]
+    assert [*container["command"], *container["args"]] == [
+        *facts["render_pool"]["command"],
+        *facts["render_pool"]["args"],
+    ]
+    assert render["spec"]["replicas"] == facts["render_pool"]["replicas"]
+    (port,) = service["spec"]["ports"]
+    assert (
+        port["port"] == 8000
+        and {p["name"]: p["containerPort"] for p in container["ports"]}[port["targetPort"]] == 8000
+    )
+    model = load_recipe(RecipeSource(recipe_name, None)).model
+    assert container["args"][0] == (model.served_name or model.path)  # the router's modelName, served
+    ports = {
+        p["name"]: p["containerPort"] for p in server["spec"]["template"]["spec"]["containers"][0]["ports"]
+    }
+    pool = load_recipe(RecipeSource(recipe_name, None)).pools["decode"]
+    assert isinstance(pool, SglangPool) and pool.kv_events is not None and pool.router is not None
+    assert (
+        ports["kv-events"]
+        == pool.kv_events.port
+        == pool.router.kv_events_port
+        == facts["pods"]["decode"]["ports"]["kv-events"]
+    )
 
 
 def check_container(recipe_name: str) -> dict[str, Any]:

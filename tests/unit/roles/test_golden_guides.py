@@ -96,6 +96,7 @@ DIFFERENCES: dict[tuple[str, str], list[Difference]] = {
     ("pd-disaggregation-gpu-vllm", "decode"): [DEFAULT_GRACE],
     ("optimized-baseline-tpu-v7-vllm", "decode"): [GRACE],
     ("precise-prefix-cache-routing-cpu-vllm", "decode"): [GRACE, PORT],
+    ("precise-prefix-cache-routing-gpu-sglang", "decode"): [TP_ALIAS],
     ("precise-prefix-cache-routing-gpu-vllm", "decode"): [PRECISE_GPU_GRACE, PORT],
     ("tiered-prefix-cache-gpu-vllm", "decode"): [TIERED_GRACE, PORT, ACCESS_LOG],
     ("wide-ep-deepseek-v4", "prefill"): [DEFAULT_GRACE],
@@ -115,6 +116,7 @@ SHELL_INPUTS: dict[tuple[str, str], set[str]] = {
 # launcher writes the KV-event endpoint and topic itself.
 EXPANSION_INPUTS: dict[tuple[str, str], set[str]] = {
     ("precise-prefix-cache-routing-cpu-vllm", "decode"): {"POD_PORT", "KV_EVENTS_ENDPOINT"},
+    ("precise-prefix-cache-routing-gpu-sglang", "decode"): {"POD_PORT", "KV_EVENTS_ENDPOINT"},
     ("precise-prefix-cache-routing-gpu-vllm", "decode"): {"POD_PORT", "KV_EVENTS_ENDPOINT"},
 }
 # Set by both, to other values: the guide names eth0, the launcher the interface that holds POD_IP.
@@ -133,6 +135,7 @@ ENV_DIFFERENCES: dict[tuple[str, str], set[str]] = {
     ("pd-disaggregation-gpu-vllm", "decode"): {READY_TIMEOUT, *NETWORK, NIXL_PORT},
     ("optimized-baseline-tpu-v7-vllm", "decode"): {READY_TIMEOUT, *NETWORK},
     ("precise-prefix-cache-routing-cpu-vllm", "decode"): {READY_TIMEOUT, *NETWORK},
+    ("precise-prefix-cache-routing-gpu-sglang", "decode"): SGLANG_NETWORK,
     ("precise-prefix-cache-routing-gpu-vllm", "decode"): {READY_TIMEOUT, *NETWORK},
     ("tiered-prefix-cache-gpu-vllm", "decode"): {READY_TIMEOUT, *NETWORK},
     ("wide-ep-deepseek-v4", "prefill"): {READY_TIMEOUT, "VLLM_HOST_IP", NIXL_PORT},
