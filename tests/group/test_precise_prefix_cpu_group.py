@@ -11,24 +11,20 @@ as in test_guide_cpu_group.py (the tiny model's 512 positions, eager float32 on 
 from __future__ import annotations
 
 import re
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import yaml
 import zmq
 
-from launcher.config.recipe_file import builtin_recipe_text
 from tests.engines.conftest import build_tiny_model
 from tests.group.conftest import leftovers
-from tests.unit.roles.test_golden_guides import DIFFERENCES, FIXTURES, guide_argv, words
+from tests.group.test_guide_cpu_group import assert_runs_the_guides_command, start_on_this_machine
 
 pytestmark = pytest.mark.group
 
 RECIPE = "precise-prefix-cache-routing-cpu-vllm"
-HARNESS_ARGS = ["--enforce-eager", "--dtype", "float32"]
 # The guide's shared prefix, shortened to fit the tiny model's 512 positions (several 64-token blocks).
 PREFIX = "The llm-d router keeps a conversation on the server whose KV-cache events report its prefix. " * 12
 
@@ -47,18 +43,7 @@ def prefix_cache(metrics: str, name: str) -> float:
 def test_the_cpu_guide_renders_publishes_kv_events_and_hits_its_prefix_cache(
     start_group: Any, tiny_model: Path, tmp_path: Path
 ) -> None:
-    recipe = yaml.safe_load(builtin_recipe_text(RECIPE))
-    guide_model = recipe["model"]["path"]
-    recipe["model"]["path"] = str(tiny_model)
-    recipe["pools"]["decode"]["env"]["VLLM_CPU_KVCACHE_SPACE"] = "1"
-    path = tmp_path / "recipe.yaml"
-    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
-    run = start_group(
-        path,
-        env={"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1", "LLMD_EXTRA_ARGS": " ".join(HARNESS_ARGS)},
-    )
-    took = run.wait_ready(timeout=600)
-    print(f"precise-prefix-cache-routing CPU pod ready {took:.0f} s after the runner started")
+    run = start_on_this_machine(start_group, RECIPE, tiny_model, tmp_path)
     (pod,) = run.pods()
     api = f"http://{pod['ip']}:8000"
 
@@ -101,17 +86,7 @@ def test_the_cpu_guide_renders_publishes_kv_events_and_hits_its_prefix_cache(
     assert hits >= 3 * 64  # each request after the first finds at least one 64-token block cached
 
     # The process the launcher runs is the guide's command, with the model swapped.
-    engine = run.engine(0)
-    cmdline = engine.cmdline()
-    ran = ["vllm", *cmdline[cmdline.index("serve") :]]
-    (pod_facts,) = yaml.safe_load((FIXTURES / f"{RECIPE}.yaml").read_text())["pods"].values()
-    guide = [w.replace(guide_model, str(tiny_model)) for w in guide_argv(pod_facts)]
-    guide = [w.replace("10.64.0.10", pod["ip"]) for w in guide]  # the golden test's POD_IP, this pod's
-    expected = DIFFERENCES[(RECIPE, "decode")]
-    assert Counter(words(guide)) - Counter(words(ran)) == Counter(w for d in expected for w in d.guide)
-    assert Counter(words(ran)) - Counter(words(guide)) == Counter(
-        [*(w for d in expected for w in d.plan), *words(HARNESS_ARGS)]
-    )
+    assert_runs_the_guides_command(run, RECIPE, tiny_model, pod["ip"])
 
     tag = run.manifest()["tag"]
     assert run.stop() == 0
