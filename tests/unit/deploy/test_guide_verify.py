@@ -31,6 +31,7 @@ GUIDE_NAMES = {
     "pd-disaggregation-gpu-sglang": "pd-disaggregation",
     # llm-d/llm-d guides/precise-prefix-cache-routing/guide.yaml at 1cb6e1ee (GUIDE_NAME).
     "precise-prefix-cache-routing-cpu-vllm": "precise-prefix-cache-routing",
+    "precise-prefix-cache-routing-gpu-sglang": "precise-prefix-cache-routing",
     "precise-prefix-cache-routing-gpu-vllm": "precise-prefix-cache-routing",
 }
 # Jobs with env of their own, checked by their own tests (test_precise_prefix.py for the last).

@@ -114,7 +114,7 @@ def check_container(recipe_name: str) -> dict[str, Any]:
     return container
 
 
-@pytest.mark.parametrize("recipe_name", VARIANTS)
+@pytest.mark.parametrize("recipe_name", sorted(FACTS))
 def test_the_check_asks_the_guides_services_for_the_served_model(recipe_name: str) -> None:
     model = load_recipe(RecipeSource(recipe_name, None)).model
     env = container_env(check_container(recipe_name))
@@ -122,6 +122,8 @@ def test_the_check_asks_the_guides_services_for_the_served_model(recipe_name: st
     assert env["RENDER"] == "precise-prefix-cache-routing-render:8000"  # the render Service, its port
     assert env["MODEL"] == (model.served_name or model.path)
     assert env["GUIDE_NAME"] == "precise-prefix-cache-routing"
+    sglang = isinstance(load_recipe(RecipeSource(recipe_name, None)).pools["decode"], SglangPool)
+    assert env["HITS_METRIC"] == ("sglang:cached_tokens_total" if sglang else "vllm:prefix_cache_hits_total")
     docs = rendered(ROOT / "deploy" / recipe_name / "verify")
     (role,) = [d for d in docs if d["kind"] == "Role"]
     assert role["rules"] == [  # read-only: list the pods, read their /metrics through the proxy
@@ -134,6 +136,9 @@ TOKEN = "sa-token-never-printed"
 TOKEN_IDS = '{"request_id":"r","token_ids":[791,35521,1817],"sampling_params":{}}'
 DISABLED = '{"error":{"message":"Scale-out endpoints are disabled. Restart vllm serve with --enable-scale-out to enable them.","code":403}}'  # noqa: E501
 PODS = '{"items":[{"metadata":{"name":"decode-a"}},{"metadata":{"name":"decode-b"}}]}'
+SGLANG_METRICS = """sglang:num_requests_total{{model_name="m",is_streaming="false"}} 5.0
+sglang:cached_tokens_total{{model_name="m",cache_source="device"}} {hits}
+"""
 METRICS = """# TYPE vllm:prefix_cache_hits_total counter
 vllm:prefix_cache_queries_total{{engine="0",model_name="m"}} 21440.0
 vllm:prefix_cache_hits_total{{engine="0",model_name="m"}} {hits}
@@ -141,8 +146,15 @@ vllm:request_success_total{{engine="0",finished_reason="length",model_name="m"}}
 """
 
 
-def run_check(tmp_path: Path, container: dict[str, Any], *, render: str, codes: str, hits: tuple[str, str]
-              ) -> tuple[subprocess.CompletedProcess[str], list[list[str]]]:  # fmt: skip
+def run_check(
+    tmp_path: Path,
+    container: dict[str, Any],
+    *,
+    render: str,
+    codes: str,
+    hits: tuple[str, str],
+    metrics: str = METRICS,
+) -> tuple[subprocess.CompletedProcess[str], list[list[str]]]:
     """The Job's script with its env; `curl` a stand-in answering by URL (render, completions with the
     next status of `codes`, the pod list, each pod's /metrics with its hits); what curl was called with."""
     account = tmp_path / "sa"
@@ -153,7 +165,7 @@ def run_check(tmp_path: Path, container: dict[str, Any], *, render: str, codes: 
     (tmp_path / "render").write_text(render)
     (tmp_path / "pods").write_text(PODS)
     for pod, count in zip(("decode-a", "decode-b"), hits, strict=True):
-        (tmp_path / pod).write_text(METRICS.format(hits=count))
+        (tmp_path / pod).write_text(metrics.format(hits=count))
     (tmp_path / "codes").write_text(codes)
     curl = tmp_path / "curl"
     curl.write_text(f"""#!/bin/sh
@@ -219,3 +231,15 @@ def test_the_check_passes_only_when_render_requests_and_cache_hits_all_hold(
             f"https://kubernetes.default.svc/api/v1/namespaces/llm-d-precise/pods/{pod}:8000/proxy/metrics"
             for pod in ("decode-a", "decode-b")
         ]
+
+
+@pytest.mark.parametrize(
+    ("hits", "code"), [(("0", "311"), 0), (("0", "0"), 1)], ids=["cache-hits", "cache-blind"]
+)
+def test_the_sglang_check_counts_sglangs_cached_tokens(
+    tmp_path: Path, hits: tuple[str, str], code: int
+) -> None:
+    container = check_container("precise-prefix-cache-routing-gpu-sglang")
+    done, _ = run_check(tmp_path, container, render=TOKEN_IDS, codes=OK, hits=hits, metrics=SGLANG_METRICS)
+    assert done.returncode == code, done.stdout + done.stderr
+    assert ("OK: 311 prefix-cache hit tokens" in done.stdout) == (code == 0)
