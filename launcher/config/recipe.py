@@ -497,6 +497,23 @@ class SglangPool(EnginePool):
     disagg_sidecar: DisaggSidecar | None = Field(
         None, description="Run the llm-d routing sidecar in front of the engine (kv_connector sglang)."
     )
+    kv_events: KVEventsSpec | None = Field(
+        None,
+        description="Publish ZMQ KV-cache events from the leader, and watch them (SGLang binds one "
+        "publisher per pod without data-parallel attention).",
+    )
+
+    @model_validator(mode="after")
+    def _one_publisher(self) -> "SglangPool":
+        """SGLang publishes from attention-TP rank 0 of each DP rank on port + rank (SGLang 0.5.23
+        srt/disaggregation/kv_events.py); the launcher models one publisher per pod."""
+        dp_attention = {flag_name(k) for k, v in self.args.items() if v not in (None, False)}
+        if self.kv_events is not None and "enable-dp-attention" in dp_attention:
+            raise ValueError(
+                "kv_events with enable-dp-attention: SGLang then publishes per DP rank, which the launcher "
+                "does not model yet; drop one of them"
+            )
+        return self
 
 
 class _ServicePool(_Data):

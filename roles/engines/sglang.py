@@ -3,15 +3,19 @@ the same command on every host, --node-rank = LWS_WORKER_INDEX, the HTTP API onl
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping
 from typing import Any
 
-from launcher.config.recipe import SglangPool
+from launcher.config.recipe import KVEventsSpec, SglangPool
 from launcher.contract.addresses import host_port
 from launcher.contract.phases import CAPTURING_GRAPHS, DISTRIBUTED_INIT, INITIALIZING, LOADING_WEIGHTS
 from launcher.contract.plan import (
     Canary,
     HttpCheck,
+    KvEventSource,
+    KvEventsWatch,
+    KvIdentity,
     MemoryItem,
     PdRole,
     PhasePattern,
@@ -22,11 +26,12 @@ from launcher.contract.plan import (
     RefusalShapes,
     RoleKind,
 )
-from roles.args import Arg, arg, flag_key
+from roles.args import Arg, arg, flag_key, to_json
 from roles.context import BuildContext, owned_flags
 from roles.engines.capability_adapter import CapabilityAdapter, KvPool, MetricNames
 from roles.engines.disagg_sidecar import SIDECAR_OWNED, disagg_sidecar
 from roles.engines.family import EngineFamily, PhaseLines, StepSignals
+from roles.engines.vllm_connectors import kv_events_topic
 from roles.probes import completion_body, pooling_body
 from roles.sizes import size_of
 
@@ -46,14 +51,7 @@ _OWNED = {
     **owned_flags(
         "set model.path / model.served_name in the recipe", "model-path", "model", "served-model-name"
     ),
-    # SGLang 0.5.23 publishes per DP rank on its own port and topic scheme (sglang/srt/disaggregation/
-    # kv_events.py); the launcher models vLLM's only, so an SGLang publisher would be unwatched and
-    # unchecked by `plan --group`.
-    **owned_flags(
-        "for SGLang it keeps KV events off, as it does not model them yet (port per rank, topic, its "
-        "watcher, the group checks): remove the flag; a router that needs KV events reads a vLLM pool's",
-        "kv-events-config",
-    ),
+    **owned_flags("set the pool's kv_events in the recipe", "kv-events-config"),
 }
 
 
@@ -80,6 +78,9 @@ def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
             flag_key(f) for f in pool.args
         }:  # the forward-progress watch reads its token counters
             args += arg("enable-metrics")
+    if pool.kv_events:
+        topic = kv_events_topic(ctx.pod.pod_ip, pool.port, model.name)
+        args += arg("kv-events-config", to_json(sglang_kv_events_config(pool.kv_events, topic)))
     args += ctx.recipe_args(pool.args, SGLANG.catalog)
     argv, notes = ctx.command(LAUNCH_SERVER, args, _OWNED, SGLANG.catalog)
 
@@ -88,6 +89,10 @@ def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
         ports.append(PortSpec(pool.port, "http"))
         if role.group_size > 1:
             ports.append(PortSpec(pool.dist_init_port, "dist-init"))
+        if pool.kv_events:
+            ports.append(PortSpec(pool.kv_events.port, "kv-events-rank0"))
+            if pool.kv_events.replay_port:
+                ports.append(PortSpec(pool.kv_events.replay_port, "kv-replay-rank0"))
     engine = ProcessSpec(
         name="engine",
         argv=argv,
@@ -111,8 +116,45 @@ def build_sglang_plan(ctx: BuildContext, pool: SglangPool) -> Plan:
         model_path=model.path,
         leader_port=pool.port,
         progress=SGLANG.startup_output(ctx.engine_release),
+        kv_events=_kv_events_watch(pool, engine, model.path) if leader else None,
         forward=watch,
         pd_sidecar=pool.disagg_sidecar if leader else None,
+    )
+
+
+def sglang_kv_events_config(spec: KVEventsSpec, topic: str) -> dict[str, Any]:
+    """SGLang's --kv-events-config (SGLang 0.5.23 srt/disaggregation/kv_events.py KVEventsConfig):
+    vLLM's shape without `enable_kv_cache_events`, which SGLang's model refuses. `tcp://*:PORT` binds."""
+    config: dict[str, Any] = {"publisher": "zmq", "endpoint": f"tcp://*:{spec.port}", "topic": topic}
+    if spec.replay_port is not None:
+        config["replay_endpoint"] = f"tcp://*:{spec.replay_port}"
+    if spec.buffer_steps is not None:
+        config["buffer_steps"] = spec.buffer_steps
+    if spec.hwm is not None:
+        config["hwm"] = spec.hwm
+    return config
+
+
+def _kv_events_watch(pool: SglangPool, engine: ProcessSpec, model: str) -> KvEventsWatch | None:
+    """The leader's one publisher (attention-TP rank 0), which the launcher subscribes to."""
+    spec = pool.kv_events
+    if spec is None:
+        return None
+    router = pool.router
+    seed = engine.env.get("PYTHONHASHSEED")
+    page = {flag_key(k): v for k, v in pool.args.items()}.get("page-size")
+    return KvEventsWatch(
+        (KvEventSource(0, spec.port, spec.replay_port, pool.port),),
+        spec.silence_seconds,
+        spec.readiness,
+        block_size=router.block_size_tokens if router else None,
+        block_size_readiness=router is not None and router.readiness,
+        identity=KvIdentity(
+            model=model,
+            block_size=None if page is None else int(page),
+            hash_seed="unset" if seed is None else hashlib.sha256(seed.encode()).hexdigest()[:12],
+        ),
+        served_metrics=SGLANG.served_metrics,
     )
 
 
@@ -193,6 +235,7 @@ SGLANG = EngineFamily(
     # srt/arg_groups/ and srt/server_args.py (ValueErrors and `assert`s).
     refusal=RefusalShapes("", r"/arg_groups/[^/]+\.py$|/server_args\.py$"),
     busy_gauges=("sglang:num_running_reqs", "sglang:num_queue_reqs"),  # metrics_collector.py too
+    served_metrics=("sglang:num_requests", "sglang:num_running_reqs"),  # metrics_collector.py :1941 too
     steps=StepSignals(
         decode=('sglang:realtime_tokens_total{mode="decode"}',),
         prefill=(

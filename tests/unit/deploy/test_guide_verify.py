@@ -30,7 +30,13 @@ GUIDE_NAMES = {
     "wide-ep-deepseek-v4": "deepseek-v4",
     "pd-disaggregation-gpu-vllm": "pd-disaggregation",
     "pd-disaggregation-gpu-sglang": "pd-disaggregation",
+    # llm-d/llm-d guides/precise-prefix-cache-routing/guide.yaml at 1cb6e1ee (GUIDE_NAME).
+    "precise-prefix-cache-routing-cpu-vllm": "precise-prefix-cache-routing",
+    "precise-prefix-cache-routing-gpu-sglang": "precise-prefix-cache-routing",
+    "precise-prefix-cache-routing-gpu-vllm": "precise-prefix-cache-routing",
 }
+# Jobs with env of their own, checked by their own tests (test_precise_prefix.py for the last).
+OWN_ENV = {"inference-perf", "precise-prefix-check"}
 VERIFY = sorted(p.parent for p in ROOT.glob("deploy/*/verify/kustomization.yaml"))
 
 
@@ -66,7 +72,7 @@ def test_the_manifests_are_valid_and_ask_the_guides_router_for_the_served_model(
         "MODEL": served_model(directory.parent.name),
     }
     for doc in docs(directory):
-        if doc["kind"] == "Job" and doc["metadata"]["name"] != "inference-perf":  # the guides' curl Jobs
+        if doc["kind"] == "Job" and doc["metadata"]["name"] not in OWN_ENV:  # the guides' curl Jobs
             assert container_env(doc["spec"]["template"]["spec"]["containers"][0]) == expected
 
 

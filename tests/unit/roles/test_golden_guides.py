@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import subprocess
 import tempfile
 from collections import Counter
@@ -123,12 +124,27 @@ def run_guide_shell(pod: dict[str, Any]) -> dict[str, list[str]]:
         return {f.name.removesuffix(".argv"): f.read_text().split("\0")[:-1] for f in stubs.glob("*.argv")}
 
 
+# The downward API's values for the fields the guides' pods read (env_from_field).
+DOWNWARD_API = {"status.podIP": POD_IP, "metadata.namespace": "llm-d"}
+
+
+_REFERENCE = re.compile(r"\$\$|\$\(([A-Za-z_][A-Za-z0-9_.-]*)\)")
+
+
+def kubernetes_expand(word: str, env: dict[str, str]) -> str:
+    """Kubernetes' expansion of a container's command and args: $(VAR) is the container's env var VAR,
+    $$ is a literal $, a reference to an undefined var stays as written (k8s.io/kubernetes
+    third_party/forked/golang/expansion)."""
+    return _REFERENCE.sub(lambda m: "$" if m[0] == "$$" else env.get(m[1], m[0]), word)
+
+
 def guide_argv(pod: dict[str, Any]) -> list[str]:
-    """The engine command the guide's pod runs: its command and args, or what its script execs."""
+    """The engine command the guide's pod runs: its command and args as Kubernetes expands them, or
+    what its script execs."""
     if "shell" in pod:
         return run_guide_shell(pod)["vllm"]
-    argv: list[str] = [*pod["command"], *pod["args"]]
-    return argv
+    env = {**guide_env(pod), **{k: DOWNWARD_API[v] for k, v in pod.get("env_from_field", {}).items()}}
+    return [kubernetes_expand(w, env) for w in [*pod["command"], *pod["args"]]]
 
 
 def pod_plan(plan_json: Any, recipe: str, pod: dict[str, Any]) -> dict[str, Any]:

@@ -89,7 +89,18 @@ def test_sglang_kv_events_config_is_refused_with_the_fix(
     recipe = f"name: sg\nmodel: {{path: /m}}\ndefault_pool: p\npools:\n  p:\n    kind: sglang\n    {where}\n"
     code, _, err = run_cli("plan", env={**_recipe(tmp_path, recipe), **env})
     assert code == 2
-    assert "kv-events-config" in err and "it keeps KV events off, as it does not model them" in err
+    assert "kv-events-config" in err and "set the pool's kv_events in the recipe" in err
+
+
+def test_sglang_kv_events_with_dp_attention_is_refused(run_cli: Any, tmp_path: Path) -> None:
+    """SGLang then publishes per DP rank, which the launcher does not model: one line, nothing planned."""
+    recipe = (
+        "name: sg\nmodel: {path: /m}\ndefault_pool: p\npools:\n  p:\n    kind: sglang\n"
+        "    kv_events: {port: 5556}\n    args: {enable-dp-attention: true}\n"
+    )
+    code, out, err = run_cli("plan", env=_recipe(tmp_path, recipe))
+    assert code == 2 and not out
+    assert "kv_events with enable-dp-attention" in err and err.count("\n") == 1
 
 
 def test_run_logs_the_plans_notes_before_preflight(tmp_path: Path) -> None:
