@@ -22,17 +22,6 @@ def _plan(run_cli: Any, tmp_path: Path, pool: str, version: str, config: dict[st
     )
 
 
-@pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
-def test_tp_6_for_a_64_head_model_is_refused_on_vllm(run_cli: Any, tmp_path: Path, version: str) -> None:
-    code, _, err = _plan(run_cli, tmp_path, "vllm\n    tensor_parallel: 6\n", version)
-    assert code == 2
-    assert (
-        f"--model-config: tensor_parallel 6: the model has 64 attention heads, and vLLM {version} requires "
-        "them divisible by TP (vllm/config/model.py ModelConfig.verify_with_parallel_config)" in err
-    )
-    assert _plan(run_cli, tmp_path, "vllm\n    tensor_parallel: 8\n", version)[0] == 0
-
-
 CONTEXT = [("vllm", "max-model-len", v) for v in ("0.32.0", "0.33.0")] + [
     ("sglang", "context-length", v) for v in ("0.5.22", "0.5.23")
 ]
@@ -81,14 +70,23 @@ def test_kv_heads_neither_split_nor_replicated_evenly_are_refused(
         assert _plan(run_cli, tmp_path, f"{engine}\n    tensor_parallel: {tp}\n", version, GQA)[0] == 0
 
 
-@pytest.mark.parametrize("version", ["0.5.22", "0.5.23"])
-def test_tp_6_for_a_64_head_model_is_refused_on_sglang(run_cli: Any, tmp_path: Path, version: str) -> None:
-    code, _, err = _plan(run_cli, tmp_path, "sglang\n    tensor_parallel: 6\n", version)
+HEADS_RULES = {
+    "vllm": "vllm/config/model.py ModelConfig.verify_with_parallel_config",
+    "sglang": "sglang/srt/layers/linear.py QKVParallelLinear",
+}
+
+
+@pytest.mark.parametrize(("engine", "name", "version"), ENGINES, ids=[e[2] for e in ENGINES])
+def test_tp_6_for_a_64_head_model_is_refused(
+    run_cli: Any, tmp_path: Path, engine: str, name: str, version: str
+) -> None:
+    code, _, err = _plan(run_cli, tmp_path, f"{engine}\n    tensor_parallel: 6\n", version)
     assert code == 2
     assert (
-        f"--model-config: tensor_parallel 6: the model has 64 attention heads, and SGLang {version} "
-        "requires them divisible by TP (sglang/srt/layers/linear.py QKVParallelLinear" in err
+        f"--model-config: tensor_parallel 6: the model has 64 attention heads, and {name} {version} "
+        f"requires them divisible by TP ({HEADS_RULES[engine]})" in err
     )
+    assert _plan(run_cli, tmp_path, f"{engine}\n    tensor_parallel: 8\n", version)[0] == 0
 
 
 MOE = {**QWEN, "num_experts": 60}
