@@ -9,21 +9,22 @@ from tests.unit.repo.markdown import ROOT, doc_pages
 
 CEILINGS = {
     "README.md": 12_000,  # the issue's 12 KB
-    "bench/README.md": 7_642,  # + the test command's row
-    "deploy/README.md": 26_702,
+    "bench/README.md": 8_145,  # + the test command's and the capability checks' rows
+    "deploy/README.md": 29_365,  # + lint in a kustomize pipeline, prune labels, the precise-prefix paths
     "images/README.md": 6_514,
-    "docs/adding-a-watcher.md": 7_460,
-    "docs/adding-an-engine.md": 10_118,
-    "docs/fleet.md": 5_870,
+    "docs/adding-a-guide.md": 3_307,  # new: the third executed how-to page (#38.4)
+    "docs/adding-a-watcher.md": 8_421,  # + Observer, the never-a-verdict watcher (#38.1)
+    "docs/adding-an-engine.md": 10_218,  # + the family's refusal shapes and env prefixes
+    "docs/fleet.md": 7_017,  # + a rollout stopped by a required capability (#39.6)
     "docs/local-group.md": 5_316,
-    "docs/plan-json.md": 18_381,
-    "docs/preflight.md": 14_116,
-    "docs/probes-and-watchers.md": 23_887,
-    "docs/recipes.md": 19_030,
-    "docs/runbook-stuck-group.md": 18_647,
-    "docs/running-a-pod.md": 16_085,
+    "docs/plan-json.md": 21_456,  # + plan/v2, capabilities, parallelism, accelerators
+    "docs/preflight.md": 14_665,  # + the accelerator count
+    "docs/probes-and-watchers.md": 26_765,  # + capabilities, unknown samples, watcher failures
+    "docs/recipes.md": 18_817,
+    "docs/runbook-stuck-group.md": 19_237,  # + CapabilityAbsent, describe lws shows no Event
+    "docs/running-a-pod.md": 16_482,  # + the ending's Event token and CA rules
     "docs/settings.md": 5_461,
-    "docs/testing.md": 20_121,
+    "docs/testing.md": 20_115,
 }
 
 
@@ -35,7 +36,7 @@ def sizes() -> dict[str, int]:
 
 def test_every_docs_page_fits_its_ceiling() -> None:
     over = {
-        page: f"{size:_} > {CEILINGS[page]:_}"
+        page: f"{size:_} > {CEILINGS.get(page, 0):_}"
         for page, size in sizes().items()
         if size > CEILINGS.get(page, 0)
     }
