@@ -53,7 +53,8 @@ def test_the_factory_builds_every_watcher_the_plan_asks_for() -> None:
     assert plan.probes is not None
     watchers = build_watchers(plan, PodHealth(plan.probes), _prefill_leader(), QuietLog(), parks=False)
     assert [w.name for w in watchers] == [
-        "checks", "capabilities", "kv-events", "startup-deadline", "forward", "peers", "store_master"
+        "checks", "capabilities", "kv-events", "startup-deadline", "forward", "peers",
+        "store_master"
     ]  # fmt: skip
 
 
