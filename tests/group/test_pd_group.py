@@ -12,7 +12,9 @@ The engines run with the STAND-IN for "a machine with enough cores" on their PYT
 the model threads to core 1 is skipped); the fixture requires its marks in both pods'
 logs. Without it the decode engine took 4 to over 10 minutes to start on this 2-core machine.
 
-One group for the module; the tests run in file order and the last one kills the prefill engine.
+One group for the module; the tests run in file order and the last one kills the prefill engine. #39's
+capability contract is checked on the way: each pod gates on its own transfer path, decode only expects
+its peer's (decode re-checks every CAPABILITY_SECONDS, so the last test sees the peer's go absent).
 """
 
 from __future__ import annotations
@@ -48,6 +50,15 @@ ENOUGH_CORES = STANDINS / "enough_cores"  # its sitecustomize.py, on the engines
 # Prefill's two ranks share core 0 ("0|0": one list per local DP rank), decode has core 1.
 OWN_CORES = ("--env", "VLLM_CPU_OMP_THREADS_BIND=0|0", "--pod-env", f"{DECODE}:VLLM_CPU_OMP_THREADS_BIND=1")
 STANDIN_MARKS = ("NIXL progress thread", "skipped vLLM's CPU NIXL pin")
+# #39: decode re-checks its capabilities every 10 s (default 60) so the last test sees its peer go absent.
+CAPABILITY_SECONDS = 10
+PEER = "peer prefill prefill:5600"  # the peer capability's target: LLMD_PD_CANARY_PREFILLER's host, port 5600
+# The capabilities the recipe derives for each pod (roles/capabilities.py), all required but the peer's.
+SERVED = {
+    "metric.queue-depth", "metric.kv-cache-utilization", "kv-events.publisher-reachable",
+    "kv-transfer.side-channel-listening", "kv-store.master-reachable", "kv-cache.context-fit",
+}  # fmt: skip
+DECODE_ONLY = {"disagg.sidecar-answering", "kv-transfer.peer-side-channel-reachable"}
 PASSAGE = (
     "The launcher reads the pod's environment, picks a role from the recipe and builds a plan; "
     "the engines move the KV cache between them while the sidecar only forwards two requests. "
@@ -92,7 +103,8 @@ def pd(tmp_path_factory: pytest.TempPathFactory, own_namespaces: None) -> Iterat
         proc = subprocess.Popen(
             [sys.executable, "-m", "launcher", "local-group", "--no-unshare", "--workdir", str(workdir),
              "--status-every", "10", "--pool", "decode",
-             "--service", "mooncake-master=mooncake-master", "--service", "prefill=prefill", *OWN_CORES],
+             "--service", "mooncake-master=mooncake-master", "--service", "prefill=prefill", *OWN_CORES,
+             "--pod-env", f"{DECODE}:LLMD_CAPABILITY_SECONDS={CAPABILITY_SECONDS}"],
             env=env, stdout=out, stderr=subprocess.STDOUT, text=True, cwd=workdir,
         )  # fmt: skip
     run = GroupRun(workdir, proc)
@@ -148,6 +160,21 @@ def _launcher_kv_transfer(run: GroupRun, index: int, counter: str, wait: float =
     return value
 
 
+_CAPABILITY = re.compile(r"^llmd_launcher_capability\{([^}]*)\} ([-+\w.]+)$", re.MULTILINE)
+
+
+def _capabilities(run: GroupRun, index: int) -> dict[tuple[str, str, str], str]:
+    """The pod's llmd_launcher_capability series: (capability, level, target) -> the state set to 1."""
+    pod = run.pods()[index]
+    text = httpx.get(f"http://{pod['ip']}:{pod['probe_port']}/metrics", timeout=5).text
+    states = {}
+    for labels, value in _CAPABILITY.findall(text):
+        label = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        if float(value) == 1:
+            states[label["capability"], label["level"], label["target"]] = label["state"]
+    return states
+
+
 def _complete(url: str, prompt: str, headers: dict[str, str] | None = None, **extra: Any) -> httpx.Response:
     body = {"model": "tiny", "prompt": prompt, "max_tokens": 12, "temperature": 0, **extra}
     return httpx.post(f"{url}/v1/completions", json=body, headers=headers or {}, timeout=120)
@@ -164,6 +191,29 @@ def test_the_launcher_gives_each_engine_what_nixl_and_the_store_need(pd: GroupRu
         assert env["VLLM_NIXL_SIDE_CHANNEL_PORT"] == str(SIDE_CHANNEL)
         store = json.loads(Path(env["MOONCAKE_CONFIG_PATH"]).read_text())
         assert store["master_server_address"] == "mooncake-master:8700" and store["protocol"] == "tcp"
+
+
+def test_each_pod_gates_on_its_own_transfer_path_and_decode_expects_its_peers(pd: GroupRun) -> None:
+    """#39: once ready, every capability the recipe derives is present on both pods; each pod's own NIXL
+    side channel (every rank's, on the pod's IP) is required and gates its /readyz; decode's reach to
+    prefill's side channel is only expected (the peer's to fix), its target naming the peer."""
+    prefill, decode = _capabilities(pd, PREFILL), _capabilities(pd, DECODE)
+    print(f"prefill's capabilities: {prefill}\ndecode's capabilities: {decode}")
+    assert {c for c, _, _ in prefill} == SERVED and {c for c, _, _ in decode} == SERVED | DECODE_ONLY
+    assert set(prefill.values()) == set(decode.values()) == {"present"}
+    own = "kv-transfer.side-channel-listening"
+    assert {t for c, level, t in prefill if c == own and level == "required"} == {
+        f"rank {r} :{SIDE_CHANNEL + r} on {_ip(pd, PREFILL)}" for r in range(PREFILL_RANKS)
+    }
+    assert {t for c, level, t in decode if c == own and level == "required"} == {
+        f"rank 0 :{SIDE_CHANNEL} on {_ip(pd, DECODE)}"
+    }
+    assert [(c, t) for c, level, t in decode if level != "required"] == [
+        ("kv-transfer.peer-side-channel-reachable", PEER)
+    ]
+    for index in (PREFILL, DECODE):
+        status, ready = pd.probe(index, "readyz")
+        assert status == 200 and ready["checks"]["capabilities"]["ok"], ready
 
 
 def test_a_request_through_the_sidecar_moves_the_kv_cache_from_prefill_to_decode(pd: GroupRun) -> None:
@@ -343,6 +393,19 @@ def test_when_the_prefill_engine_dies_mid_request_decode_fails_that_request_and_
     failed = _launcher_kv_transfer(pd, DECODE, "vllm:nixl_num_failed_transfers_total")
     print(f"decode's launcher: llmd_launcher_engine_kv_transfer_total nixl failed transfers {failed}")
     assert failed is not None and failed > 0
+    # #39: within decode's capability cadence its peer's side channel shows absent, naming the peer (what
+    # LlmdLauncherCapabilityAbsent keeps in its labels); expected, so decode stays ready on its own.
+    peer = ("kv-transfer.peer-side-channel-reachable", "expected", PEER)
+    seen = pd.wait(
+        "decode sees its peer's side channel absent",
+        lambda: _capabilities(pd, DECODE).get(peer) == "absent",
+        3 * CAPABILITY_SECONDS + 10,
+    )
+    held = _capabilities(pd, DECODE)
+    print(f"decode's capabilities, prefill gone ({seen:.1f} s after its failed transfer): {held}")
+    assert {key: state for key, state in held.items() if state != "present"} == {peer: "absent"}
+    status, ready = pd.probe(DECODE, "readyz")
+    assert status == 200 and ready["checks"]["capabilities"]["ok"], ready
     assert pd.probe(DECODE, "readyz")[0] == 200 and pd.probe(DECODE, "livez")[0] == 200
     assert pd.exit_code(DECODE) is None
     assert _complete(decode, _prompt("after")).status_code == 200
