@@ -28,7 +28,6 @@ class FoundInPod:
     interface: str | None = None  # the network interface that holds POD_IP (preflight finds it)
     rdma: tuple[RdmaPort, ...] = ()  # the pod's active RDMA ports (preflight reads them from sysfs)
     engine_version: str | None = None  # the installed engine's, as its interpreter reports it
-    checkpoint_config: Mapping[str, Any] | None = None  # the mounted model's config.json (model.path)
 
 
 NOTHING_FOUND = FoundInPod()
@@ -47,8 +46,7 @@ def build_plan(
     pod found out at run time, filled in here, in one place (launcher/run.py passes it). `shelf`: the
     flag catalogues to choose from, the image's before the built-in ones (launcher/catalogs).
     `engine_version`: the engine release to plan for (`plan --engine-version`), in place of the one
-    the pod finds installed. `model_config`: the model's config.json (`plan --model-config`), in
-    place of the mounted checkpoint's the pod found."""
+    the pod finds installed. `model_config`: the model's config.json (`plan --model-config`)."""
     in_pod = (
         settings
         if found.leader_ip is None
@@ -98,17 +96,12 @@ def build_plan(
         pd_canary_prefiller=settings.pd_canary_prefiller,
     )
     plan = family.build(ctx, derived.pool)
-    config, setting = (
-        (model_config, "--model-config")
-        if model_config is not None
-        else (found.checkpoint_config, "model.path")
-    )
-    if config is not None and catalog is not None:
+    if model_config is not None and catalog is not None:
         from roles.engines.model_config import model_config_problems
 
         tp = getattr(derived.pool, "tensor_parallel", None) or 1
         found_problems = model_config_problems(
-            config, family.name, catalog.version, plan.engine.argv, tp, setting
+            model_config, family.name, catalog.version, plan.engine.argv, tp, "--model-config"
         )
         if found_problems:
             raise ConfigError(found_problems)
