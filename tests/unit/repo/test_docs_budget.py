@@ -20,7 +20,7 @@ CEILINGS = {
     "docs/plan-json.md": 21_456,  # + plan/v2, capabilities, parallelism, accelerators
     "docs/preflight.md": 14_665,  # + the accelerator count
     "docs/probes-and-watchers.md": 26_765,  # + capabilities, unknown samples, watcher failures
-    "docs/recipes.md": 18_817,
+    "docs/recipes.md": 18_833,  # + why the running pod does not read the checkpoint yet
     "docs/runbook-stuck-group.md": 19_237,  # + CapabilityAbsent, describe lws shows no Event
     "docs/running-a-pod.md": 16_482,  # + the ending's Event token and CA rules
     "docs/settings.md": 5_461,
