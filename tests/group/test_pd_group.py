@@ -26,7 +26,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -257,15 +257,29 @@ def _pd_canaries(run: GroupRun, outcome: str, at_least: float, wait: float) -> f
     return value
 
 
+def _pd_canary_live(run: GroupRun, shows: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+    """Decode's /livez pd_canary once it shows what /metrics already counted: /metrics is relayed to the
+    launcher live, /livez is its answer as last published (every PUBLISH_INTERVAL, 0.25 s), so a read
+    right after the count may be one publication behind. Its last body after 10 s."""
+    live: dict[str, Any] = {}
+    until = time.monotonic() + 10
+    while time.monotonic() < until:
+        live = run.probe(DECODE, "livez")[1].get("pd_canary") or {}
+        if shows(live):
+            break
+        time.sleep(0.25)
+    return live
+
+
 def test_decodes_pd_canary_proves_prefill_nixl_decode(pd: GroupRun) -> None:
     """LLMD_PD_CANARY_PREFILLER: decode's launcher sends its canary through the sidecar with the
     router's x-prefiller-host-port header; the two-step path answered, counted ok, shown in /livez."""
     ok = _pd_canaries(pd, "ok", 1, 150)
-    _, live = pd.probe(DECODE, "livez")
-    print(f"decode's P/D canary: {ok:.0f} ok; /livez: {live.get('pd_canary')}")
+    live = _pd_canary_live(pd, lambda canary: canary.get("counts", {}).get("ok", 0) >= ok)
+    print(f"decode's P/D canary: {ok:.0f} ok; /livez: {live}")
     assert ok >= 1
-    assert live["pd_canary"]["prefiller"] == "prefill:8000" and live["pd_canary"]["counts"]["failed"] == 0
-    assert live["pd_canary"]["latest"].startswith("answered in ")
+    assert live["prefiller"] == "prefill:8000" and live["counts"]["failed"] == 0
+    assert live["latest"].startswith("answered in ")
     assert pd.probe(PREFILL, "livez")[1].get("pd_canary") is None  # prefill has no sidecar: none sent
 
 
@@ -416,8 +430,8 @@ def test_when_the_prefill_engine_dies_mid_request_decode_fails_that_request_and_
     assert via.status_code == 502
     # #32: decode's P/D canary now fails (the sidecar's 502) and is counted, never a verdict.
     failed = _pd_canaries(pd, "failed", 1, 100)
-    _, live = pd.probe(DECODE, "livez")
-    print(f"decode's P/D canary, prefill gone: {failed:.0f} failed; /livez: {live.get('pd_canary')}")
-    assert failed >= 1 and live["pd_canary"]["latest"] == "failed: HTTP 502"
+    live = _pd_canary_live(pd, lambda canary: canary.get("counts", {}).get("failed", 0) >= failed)
+    print(f"decode's P/D canary, prefill gone: {failed:.0f} failed; /livez: {live}")
+    assert failed >= 1 and live["latest"] == "failed: HTTP 502"
     assert pd.probe(DECODE, "readyz")[0] == 200 and pd.probe(DECODE, "livez")[0] == 200
     assert pd.exit_code(DECODE) is None
