@@ -21,6 +21,8 @@ try:  # resolved once, here: the forked child must not load anything before exec
     _prctl: Callable[..., int] | None = ctypes.CDLL(None, use_errno=True).prctl
 except (OSError, AttributeError):  # not Linux
     _prctl = None
+# Linux >= 4.2 with CONFIG_PROC_CHILDREN (every common distribution kernel) lists a thread's children.
+KERNEL_LISTS_CHILDREN = os.path.exists(f"/proc/self/task/{os.getpid()}/children")
 
 
 class ChildHandle(Protocol):
@@ -124,6 +126,24 @@ class SubprocessSpawner:
             os.killpg(pgid, sig)
 
     def descendants(self) -> list[Descendant]:
+        """Walked down the kernel's children lists from this process: it reads only our own subtree,
+        where psutil's walk reads every process of the host (~2 ms a look here, against ~0.1 ms, and the
+        stop path looks at least twice). psutil where the kernel keeps no such list."""
+        if not KERNEL_LISTS_CHILDREN:
+            return self._descendants_by_psutil()
+        alive, todo = [], _children_of(os.getpid()) or []
+        while todo:
+            pid = todo.pop()
+            children = _children_of(pid)
+            todo.extend(children or ())
+            if pid in self.spared or children is None:  # gone meanwhile
+                continue
+            with contextlib.suppress(OSError):
+                if _state(pid) != "Z":
+                    alive.append(Descendant(pid, os.getpgid(pid)))
+        return alive
+
+    def _descendants_by_psutil(self) -> list[Descendant]:
         import psutil
 
         try:
@@ -138,6 +158,27 @@ class SubprocessSpawner:
                 if child.status() != psutil.STATUS_ZOMBIE:
                     alive.append(Descendant(child.pid, os.getpgid(child.pid)))
         return alive
+
+
+def _children_of(pid: int) -> list[int] | None:
+    """The pids whose parent is one of pid's threads (/proc/PID/task/TID/children, proc(5)); None when
+    pid is gone. A child forked during the read can be missed: the sweep looks until it sees nothing
+    twice, and freezes what it finds before it kills."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    children: list[int] = []
+    for task in tasks:
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{task}/children", "rb") as listing:
+            children.extend(int(child) for child in listing.read().split())  # a thread that ended: none
+    return children
+
+
+def _state(pid: int) -> str:
+    """The process's state letter (/proc/PID/stat, after the parenthesised name): Z for a zombie."""
+    with open(f"/proc/{pid}/stat", "rb") as stat:
+        return stat.read().rpartition(b")")[2].split()[0].decode()
 
 
 def become_subreaper() -> None:
