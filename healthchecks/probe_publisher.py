@@ -71,11 +71,13 @@ class ProbePublisher:
         self._task = asyncio.get_running_loop().create_task(self._publish_forever())
 
     def stop(self) -> None:
-        """The process ends before the probe port closes: nothing answers for a launcher that left."""
+        """The process is SIGKILLed before the probe port closes: nothing answers for a launcher that
+        left. Not waited for: a killed process runs no more of its code, its teardown runs beside the
+        launcher's own exit (off the death path), and what is left is reaped by whoever outlives us."""
         if self._task is not None:
             self._task.cancel()
         self._relay_output()
-        self._end_process()
+        self._end_process(wait=False)
 
     async def _publish_forever(self) -> None:
         said = ""
@@ -217,13 +219,14 @@ class ProbePublisher:
         os.set_blocking(self.process.stderr.fileno(), False)
         self.spared[self.process.pid] = self.process
 
-    def _end_process(self) -> None:
+    def _end_process(self, wait: bool = True) -> None:
         process, self.process = self.process, None
         if process is not None:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             with contextlib.suppress(ChildProcessError):
-                process.wait()
+                if wait:
+                    process.wait()
             if process.stderr is not None:
                 process.stderr.close()
             self.spared.pop(process.pid, None)
