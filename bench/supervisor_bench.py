@@ -423,7 +423,9 @@ def through_vllm(m: Mistake, root: Path, model: Path, port: int) -> tuple[float,
         return time.perf_counter() - start, None, "(no error within the cap)"
     took = time.perf_counter() - start
     lines = [x.strip() for x in out.splitlines() if x.strip()]
-    errors = [x for x in lines if "rror" in x]
+    # pydantic ends a ValidationError with a link line ("For further information visit https://errors…"):
+    # the reason is the line before it.
+    errors = [x for x in lines if "rror" in x and not x.startswith("For further information")]
     said = errors[-1] if errors else (lines or [""])[-1]
     return took, proc.returncode, said[-110:]
 
