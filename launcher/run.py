@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from launcher.supervise.host import HostReport
     from launcher.supervise.logs import ChildOutput
     from launcher.supervise.supervisor import Event
+    from roles import FoundInPod
 
 
 T = TypeVar("T")
@@ -44,20 +45,24 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Inputs:
-    """What the pod was given, validated: settings, recipe, and the plan built from them."""
+    """What the pod was given, validated: settings, recipe, and the plan built from them (with what
+    the files and env told: the mounted checkpoint's config.json, the engines' switches)."""
 
     settings: Settings
     recipe: Recipe
     plan: Plan
+    found: FoundInPod | None = None
 
 
 def read_inputs(cli_settings: dict[str, Any], *, say: Callable[[Problem, str], None] | None = None) -> Inputs:
     """Settings, recipe and plan, or a ConfigError with every input mistake; read from the env and the
     files each time (a parked pod reads them again). `say`: also tell of unknown LLMD_* variables."""
     from launcher.catalogs.shelf import load_shelf
+    from launcher.config.model_file import checkpoint_config
     from launcher.config.recipe_file import load_recipe
     from launcher.config.settings import load_settings, unknown_env
-    from roles import build_plan
+    from roles import FoundInPod, build_plan
+    from roles.engines import ENGINE_SWITCHES
     from roles.group import command_line_problems, port_problems
 
     settings = load_settings(**cli_settings)
@@ -65,10 +70,17 @@ def read_inputs(cli_settings: dict[str, Any], *, say: Callable[[Problem, str], N
         for problem in unknown_env(os.environ):
             say(problem, "warning")
     recipe = load_recipe(settings.recipe_source, name_given="recipe" in settings.model_fields_set)
-    plan = build_plan(settings, recipe, shelf=load_shelf(settings.catalog_dir))
+    shelf = load_shelf(settings.catalog_dir)
+    plan = build_plan(settings, recipe, shelf=shelf)
+    found = FoundInPod(
+        checkpoint_config=checkpoint_config(plan.model_path),
+        switches={name: os.environ[name] for name in ENGINE_SWITCHES if name in os.environ},
+    )
+    if found.checkpoint_config is not None:  # what the model's shape rules out, refused before preflight
+        plan = build_plan(settings, recipe, found=found, shelf=shelf)
     if problems := port_problems(plan) + command_line_problems(plan, os.environ):
         raise ConfigError(problems)
-    return Inputs(settings, recipe, plan)
+    return Inputs(settings, recipe, plan, found)
 
 
 def run(cli_settings: dict[str, Any], *, exiting: bool = False) -> int:
@@ -481,7 +493,8 @@ async def _prepare(inputs: Inputs, log: Log, stage: list[str], health: PodHealth
 
     settings, recipe, plan = inputs.settings, inputs.recipe, inputs.plan
     # The flag catalogue follows the engine installed: its version, asked without importing it.
-    found = FoundInPod(engine_version=await asyncio.to_thread(installed_version, plan, settings.bin_path))
+    version = await asyncio.to_thread(installed_version, plan, settings.bin_path)
+    found = replace(inputs.found or FoundInPod(), engine_version=version)
     shelf = load_shelf(settings.catalog_dir)
     if found.engine_version:
         plan = build_plan(settings, recipe, found=found, shelf=shelf)

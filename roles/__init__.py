@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import field, replace
 from typing import Any
 
 from launcher.config.recipe import Pool, Recipe
@@ -28,6 +28,9 @@ class FoundInPod:
     interface: str | None = None  # the network interface that holds POD_IP (preflight finds it)
     rdma: tuple[RdmaPort, ...] = ()  # the pod's active RDMA ports (preflight reads them from sysfs)
     engine_version: str | None = None  # the installed engine's, as its interpreter reports it
+    checkpoint_config: Mapping[str, Any] | None = None  # the mounted model's config.json (model.path)
+    # The container's env switches (roles.engines.ENGINE_SWITCHES) the engine inherits beneath the plan's env.
+    switches: Mapping[str, str] = field(default_factory=dict)
 
 
 NOTHING_FOUND = FoundInPod()
@@ -46,7 +49,8 @@ def build_plan(
     pod found out at run time, filled in here, in one place (launcher/run.py passes it). `shelf`: the
     flag catalogues to choose from, the image's before the built-in ones (launcher/catalogs).
     `engine_version`: the engine release to plan for (`plan --engine-version`), in place of the one
-    the pod finds installed. `model_config`: the model's config.json (`plan --model-config`)."""
+    the pod finds installed. `model_config`: the model's config.json (`plan --model-config`), in
+    place of the mounted checkpoint's the pod found."""
     in_pod = (
         settings
         if found.leader_ip is None
@@ -96,12 +100,24 @@ def build_plan(
         pd_canary_prefiller=settings.pd_canary_prefiller,
     )
     plan = family.build(ctx, derived.pool)
-    if model_config is not None and catalog is not None:
+    config, setting = (
+        (model_config, "--model-config")
+        if model_config is not None
+        else (found.checkpoint_config, "model.path")
+    )
+    if config is not None and catalog is not None:
         from roles.engines.model_config import model_config_problems
 
+        engine_env = {**found.switches, **plan.engine.env}  # what the engine process will see
         tp = getattr(derived.pool, "tensor_parallel", None) or 1
         found_problems = model_config_problems(
-            model_config, family.name, catalog.version, plan.engine.argv, tp, "--model-config"
+            config,
+            family.name,
+            catalog.version,
+            plan.engine.argv,
+            tp,
+            setting,
+            longer_context_allowed=any(switch.is_on(engine_env) for switch in family.longer_context),
         )
         if found_problems:
             raise ConfigError(found_problems)

@@ -17,6 +17,9 @@ from roles.engines.vllm import VLLM
 FAMILIES: tuple[EngineFamily[Any], ...] = (VLLM, SGLANG, MOONCAKE)
 # Every env prefix an engine the launcher runs reads (EngineFamily.env_prefixes), each once.
 ENGINE_ENV_PREFIXES = tuple(dict.fromkeys(prefix for family in FAMILIES for prefix in family.env_prefixes))
+# Every env switch an engine reads that the launcher's own checks honour, each once: the running pod
+# reads these from its container's env (launcher/run.py), which the engine inherits.
+ENGINE_SWITCHES = tuple(dict.fromkeys(switch.name for family in FAMILIES for switch in family.longer_context))
 _BY_POOL: dict[type, EngineFamily[Any]] = {pool: family for family in FAMILIES for pool in family.pools}
 
 

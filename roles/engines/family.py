@@ -89,6 +89,19 @@ class StepSignals:
 
 
 @record
+class EnvSwitch:
+    """An env variable the engine reads as on/off, parsed as the engine parses it."""
+
+    name: str
+    on: tuple[str, ...]  # the lower-cased values it takes as on; anything else (or unset) is off
+    strips: bool = False  # whether it strips whitespace before comparing
+
+    def is_on(self, env: Mapping[str, str]) -> bool:
+        value = env.get(self.name)
+        return value is not None and (value.strip() if self.strips else value).lower() in self.on
+
+
+@record
 class EngineFamily(Generic[P]):
     name: str  # how the dry-run names the engine whose output it reads
     pools: tuple[type[P], ...]  # its recipe pool class(es), launcher/config/recipe.py
@@ -125,6 +138,9 @@ class EngineFamily(Generic[P]):
     # Why pods of one group must not share /dev/shm unless they share the network (None: no such trap).
     shm_across_pods: str | None = None
     capabilities: CapabilityAdapter | None = None  # how it exposes the capability vocabulary
+    # Env switches with which it serves a context past the model's max_position_embeddings, warning
+    # instead of refusing (roles/engines/model_config.py then lets it through too).
+    longer_context: tuple[EnvSwitch, ...] = ()
 
     def phase_lines(self, version: str | None) -> PhaseLines | None:
         """The range holding the engine's release; None when no range does."""

@@ -90,11 +90,19 @@ def _sharding(
 
 
 def model_config_problems(
-    config: Mapping[str, Any], engine: str, release: str, argv: Sequence[str], tp: int, setting: str
+    config: Mapping[str, Any],
+    engine: str,
+    release: str,
+    argv: Sequence[str],
+    tp: int,
+    setting: str,
+    *,
+    longer_context_allowed: bool = False,
 ) -> list[Problem]:
     """Heads, KV heads and experts the engine cannot shard over TP/EP, and the context asked for vs
-    max_position_embeddings (both engines refuse it unless told to allow it); a config with RoPE
-    scaling derives another length, so the context is not judged there."""
+    max_position_embeddings (both engines refuse it unless one of their switches allows it:
+    `longer_context_allowed`); a config with RoPE scaling derives another length, so the context is
+    not judged there."""
     text = _text_config(config)
     name = f"{ENGINE_NAMES.get(engine, engine)} {release}"
     problems = [
@@ -107,7 +115,7 @@ def model_config_problems(
     longer = asked is not None and asked.isdigit() and limit is not None and int(asked) > limit
     override = _int(text, "model_max_length")  # vLLM lets a larger one stand in for the derived length
     allowed = engine == "vllm" and override is not None and asked is not None and int(asked) <= override
-    if longer and not text.get("rope_scaling") and not allowed:
+    if longer and not text.get("rope_scaling") and not allowed and not longer_context_allowed:
         problems.append(
             Problem(
                 setting,

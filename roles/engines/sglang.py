@@ -30,7 +30,7 @@ from roles.args import Arg, arg, flag_key, to_json
 from roles.context import BuildContext, owned_flags
 from roles.engines.capability_adapter import CapabilityAdapter, KvPool, MetricNames
 from roles.engines.disagg_sidecar import SIDECAR_OWNED, disagg_sidecar
-from roles.engines.family import EngineFamily, PhaseLines, StepSignals
+from roles.engines.family import EngineFamily, EnvSwitch, PhaseLines, StepSignals
 from roles.engines.vllm_connectors import kv_events_topic
 from roles.probes import completion_body, pooling_body
 from roles.sizes import size_of
@@ -225,6 +225,13 @@ SGLANG = EngineFamily(
     package="sglang",
     host_ip_var="SGLANG_HOST_IP",  # SGLang 0.5.23 srt/utils/network.py reads it, then HOST_IP
     env_prefixes=("SGLANG", "SGL", "NCCL"),  # SGLang 0.5.23 sglang/srt/environ.py (SGLANG_, SGL_); NCCL
+    # SGLang 0.5.22/0.5.23 srt/configs/model_config.py _derive_context_length: either switch on (its
+    # CI one is a FIXME there) and it logs a warning instead of the ValueError; srt/environ.py EnvBool
+    # reads "true", "1", "yes", "y" after lower(), not stripped.
+    longer_context=tuple(
+        EnvSwitch(name, ("true", "1", "yes", "y"))
+        for name in ("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "SGLANG_IS_IN_CI")
+    ),
     # SGLang 0.5.23 srt/distributed/parallel_state.py in_the_same_node_as: a rank that can open rank
     # 0's /dev/shm segment is "on the same node" and reads the TP broadcast queue on 127.0.0.1.
     shm_across_pods="SGLang decides that TP ranks share a node by opening rank 0's /dev/shm segment, so "

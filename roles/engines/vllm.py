@@ -46,7 +46,7 @@ from roles.args import Arg, arg, args_from, flag_key, flag_value, flatten, to_js
 from roles.context import BuildContext, owned_flags
 from roles.engines.capability_adapter import CapabilityAdapter, KvPool, MetricNames
 from roles.engines.disagg_sidecar import SIDECAR_OWNED, disagg_sidecar
-from roles.engines.family import EngineFamily, PhaseLines, StepSignals
+from roles.engines.family import EngineFamily, EnvSwitch, PhaseLines, StepSignals
 from roles.engines.mooncake import MOONCAKE_CONFIG_ENV, MOONCAKE_GID_ENV, mooncake_master
 from roles.engines.vllm_connectors import (
     kv_events_ipc,
@@ -557,5 +557,8 @@ VLLM = EngineFamily(
     # v1/engine/core_client.py): sooner than a 45-minute load. The DP supervisor waits for its ranks
     # without a limit of its own (entrypoints/launchers/dp_supervisor.py _wait_until_ready).
     ready_timeout_env="VLLM_ENGINE_READY_TIMEOUT_S",
+    # vLLM 0.32.0/0.33.0 vllm/envs.py (value stripped, lower-cased, "1" or "true") and
+    # config/model.py _get_and_verify_max_len: logger.warning_once instead of the ValueError.
+    longer_context=(EnvSwitch("VLLM_ALLOW_LONG_MAX_MODEL_LEN", ("1", "true"), strips=True),),
     shm_segments=(r"vllm_(?:offload|ec)_[\w.-]+\.mmap",),  # vLLM 0.32 kv_offload/cpu, ec_transfer/cpu regions
 )

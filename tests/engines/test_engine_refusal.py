@@ -43,12 +43,8 @@ def _pod(workdir: Path, tiny_model: Path, pool: str) -> LauncherPod:
             "    args: {host: 127.0.0.1, dtype: float32, enforce-eager: true, quantization: fp8}\n",
             "torch.float32 is not supported for quantization method fp8",
         ),
-        (
-            "    tensor_parallel: 3\n    args: {host: 127.0.0.1, dtype: float32, enforce-eager: true}\n",
-            "Total number of attention heads (2) must be divisible by tensor parallel size (3).",
-        ),
     ],
-    ids=["fp8-with-float32", "tp-not-dividing-heads"],
+    ids=["fp8-with-float32"],
 )
 def test_the_real_engine_refusing_its_configuration_parks_the_pod(
     tiny_model: Path, tmp_path: Path, pool: str, line: str
@@ -79,15 +75,20 @@ def test_the_real_engine_refusing_its_configuration_parks_the_pod(
             "    args: {host: 127.0.0.1, dtype: float32, enforce-eager: true, gpu-memory-utilization: 95}\n",
             "--gpu-memory-utilization 95: vllm serve 0.32.0 requires gpu_memory_utilization <= 1",
         ),
+        (
+            "    tensor_parallel: 3\n    args: {host: 127.0.0.1, dtype: float32, enforce-eager: true}\n",
+            "the model has 2 attention heads",
+        ),
     ],
-    ids=["gpu-memory-utilization-95"],
+    ids=["gpu-memory-utilization-95", "tp-not-dividing-heads"],
 )
 def test_what_the_engine_refused_last_round_the_launcher_refuses_before_it_starts(
     tiny_model: Path, tmp_path: Path, pool: str, line: str
 ) -> None:
-    """Issue #41: a refusal this file first proved on the real engine (vLLM 0.32.0: CacheConfig's
-    gpu_memory_utilization <= 1) is now the launcher's own, from the catalogue's value rules: the pod
-    parks with that line and the engine is never started."""
+    """Issue #41: the two refusals this file first proved on the real engine (vLLM 0.32.0: CacheConfig's
+    gpu_memory_utilization <= 1; attention heads divisible by TP) are now the launcher's own, from the
+    catalogue's value rules and the mounted checkpoint's config.json: the pod parks with that line and
+    the engine is never started."""
     pod = _pod(tmp_path, tiny_model, pool).start()
     try:
         live = pod.wait_probe("livez", 200, timeout=120, until=lambda body: body.get("phase") == "parked")

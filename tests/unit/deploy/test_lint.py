@@ -190,6 +190,38 @@ def test_the_startup_probe_gives_up_before_the_launchers_deadline(tmp_path: Path
     assert line.endswith("raise failureThreshold to 780, or lower LLMD_STARTUP_SECONDS to 6380")
 
 
+WIDE_EP = ROOT / "deploy" / "wide-ep-deepseek-v4"
+
+
+def set_env_of_every_role(docs: list[dict[str, Any]], **env: str) -> None:
+    """Set `env` in every launcher container of the DisaggregatedSet's roles."""
+    (ds,) = [d for d in docs if d["kind"] == "DisaggregatedSet"]
+    for role in ds["spec"]["roles"]:
+        for container in role["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["containers"]:
+            given = [e for e in container["env"] if e["name"] not in env]
+            container["env"] = given + [{"name": k, "value": v} for k, v in env.items()]
+
+
+def test_the_600_s_a_disaggregatedset_pod_gives_up_is_its_parking(tmp_path: Path, run_cli: Run) -> None:
+    """Why deploy/'s DisaggregatedSets (the guides' probes kept) run LLMD_STARTUP_SECONDS 600 s under
+    the guide's probe budget (wide-EP 2098 s of 1 s x 2700): their roles are LWS groups, where a pod
+    parks on bad input and holds its deadline while a peer parks, up to LLMD_PARK_SECONDS (600), time
+    the kubelet's startup probe counts. At the guide's budget less two periods the probe would end a
+    pod that parked, then loaded slowly, before the launcher could; without parking it is clean."""
+    code, lines, _ = lint(
+        run_cli, tmp_path, broken(WIDE_EP, lambda d: set_env_of_every_role(d, LLMD_STARTUP_SECONDS="2698"))
+    )
+    assert code == 1 and lines
+    for line in lines:
+        assert "startupProbe: gives up after 2700 s but the launcher's own deadline needs 3300 s" in line
+        assert "(LLMD_STARTUP_SECONDS 2698 + LLMD_PARK_SECONDS 600 + two periods of 1 s)" in line
+        assert line.endswith("raise failureThreshold to 3300, or lower LLMD_STARTUP_SECONDS to 2098")
+    unparked = broken(
+        WIDE_EP, lambda d: set_env_of_every_role(d, LLMD_STARTUP_SECONDS="2698", LLMD_PARK_SECONDS="0")
+    )
+    assert lint(run_cli, tmp_path, unparked)[:2] == (0, [])
+
+
 def test_the_grace_period_is_not_the_launchers(tmp_path: Path, run_cli: Run) -> None:
     def edit(docs: list[dict[str, Any]]) -> None:
         for spec in templates(docs, "kimi-k3-1-gpu-vllm-decode"):

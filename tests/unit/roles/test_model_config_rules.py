@@ -105,3 +105,33 @@ def test_experts_not_divisible_by_ep_are_refused_on_sglang(
         in err
     )
     assert _plan(run_cli, tmp_path, pool.format(", ep-num-redundant-experts: 4"), version, MOE)[0] == 0
+
+
+# The engines' own switches (vLLM 0.32/0.33 vllm/envs.py: stripped, lower-cased, "1" or "true";
+# SGLang 0.5.22/0.5.23 srt/environ.py EnvBool: lower-cased "true", "1", "yes", "y") turn the refusal
+# into a warning; the plan honours them where they reach the engine: the recipe's env or LLMD_EXTRA_ENV.
+SWITCHED = [
+    ("vllm", "max-model-len", "0.32.0", "VLLM_ALLOW_LONG_MAX_MODEL_LEN", " True ", "yes"),
+    ("vllm", "max-model-len", "0.33.0", "VLLM_ALLOW_LONG_MAX_MODEL_LEN", "1", "0"),
+    ("sglang", "context-length", "0.5.22", "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN", "y", " 1"),
+    ("sglang", "context-length", "0.5.23", "SGLANG_IS_IN_CI", "yes", "false"),
+]
+
+
+@pytest.mark.parametrize(
+    ("engine", "flag", "version", "switch", "on", "off"), SWITCHED, ids=[s[2] for s in SWITCHED]
+)
+def test_the_engines_allow_switch_in_the_plans_env_lets_a_longer_context_through(
+    run_cli: Any, tmp_path: Path, engine: str, flag: str, version: str, switch: str, on: str, off: str
+) -> None:
+    pool = f"{engine}\n    args: {{{flag}: 131072}}\n    env: {{{switch}: {json.dumps(on)}}}\n"
+    assert _plan(run_cli, tmp_path, pool, version)[0] == 0
+    pool = f"{engine}\n    args: {{{flag}: 131072}}\n    env: {{{switch}: {json.dumps(off)}}}\n"
+    code, _, err = _plan(run_cli, tmp_path, pool, version)  # a value the engine reads as off
+    assert code == 2 and "max_position_embeddings is 40960" in err
+    extra = {"LLMD_EXTRA_ENV": json.dumps({switch: on})}
+    (tmp_path / "recipe.yaml").write_text(HEAD + f"{engine}\n    args: {{{flag}: 131072}}\n")
+    argv = ("plan", "--engine-version", version, "--model-config", str(tmp_path / "config.json"))
+    assert run_cli(*argv, env={"LLMD_RECIPE_FILE": str(tmp_path / "recipe.yaml"), **extra})[0] == 0
+    # The planning shell's own env is not the container's: it allows nothing.
+    assert run_cli(*argv, env={"LLMD_RECIPE_FILE": str(tmp_path / "recipe.yaml"), switch: on})[0] == 2
