@@ -8,8 +8,9 @@ place the code declares its fact, so the docs cannot drift from what runs.
     recipe.schema.json   the same, as JSON Schema (`llm-d-launcher recipes schema`)
     shutdown-budget.md   launcher/contract/plan.py (ShutdownBudget) for typical graces and the manifests'
     catalogs.md          roles/catalogs/*.json (the engine flag catalogues)
-    guide-differences.md tests/fixtures/guides/*.yaml (`differences:`, `notes:`, `upstream:`), the shared
-                         differences they name (tests/fixtures/guide-differences.yaml) and the recipes' commits
+    guide-differences.md tests/fixtures/guides/*.yaml (`differences:`, `notes:`, `upstream:`), the
+                         shared differences they name (tests/fixtures/guide-differences.yaml) and each
+                         recipe's guide.commit
 
 Run from the repository root: `.venv/bin/python scripts/generate_docs.py --write`. The drift tests
 (tests/unit/repo/test_generated_docs.py) run --check's comparison, one test per file.
