@@ -8,8 +8,9 @@ place the code declares its fact, so the docs cannot drift from what runs.
     recipe.schema.json   the same, as JSON Schema (`llm-d-launcher recipes schema`)
     shutdown-budget.md   launcher/contract/plan.py (ShutdownBudget) for typical graces and the manifests'
     catalogs.md          roles/catalogs/*.json (the engine flag catalogues)
-    guide-differences.md tests/fixtures/guides/*.yaml (`differences:`, `notes:`) and the shared
-                         differences they name (tests/fixtures/guide-differences.yaml)
+    guide-differences.md tests/fixtures/guides/*.yaml (`differences:`, `notes:`, `upstream:`), the
+                         shared differences they name (tests/fixtures/guide-differences.yaml) and each
+                         recipe's guide.commit
 
 Run from the repository root: `.venv/bin/python scripts/generate_docs.py --write`. The drift tests
 (tests/unit/repo/test_generated_docs.py) run --check's comparison, one test per file.
@@ -282,6 +283,7 @@ def catalogs_md() -> str:
 
 GUIDES = ROOT / "tests" / "fixtures" / "guides"
 SHARED_DIFFERENCES = ROOT / "tests" / "fixtures" / "guide-differences.yaml"
+RECIPES = ROOT / "launcher" / "config" / "recipes"
 
 
 def guide_differences_md() -> str:
@@ -292,9 +294,16 @@ def guide_differences_md() -> str:
     shared = yaml.safe_load(SHARED_DIFFERENCES.read_text(encoding="utf-8"))
     whys: dict[str, list[str]] = {}  # why -> recipes, in the shared file's order, then the guides'
     whys.update((" ".join(d["why"].split()), []) for d in shared.values())
-    notes = []
+    notes, pins = [], []
     for path in sorted(GUIDES.glob("*.yaml")):
         guide = yaml.safe_load(path.read_text(encoding="utf-8"))
+        recipe = yaml.safe_load((RECIPES / f"{guide['recipe']}.yaml").read_text(encoding="utf-8"))
+        files = dict.fromkeys(guide["sources"][pod["source"]]["path"] for pod in guide["pods"].values())
+        pins.append(
+            f"- `{guide['recipe']}`: {', '.join(f'`{f}`' for f in files)} at {recipe['guide']['commit']}: "
+            + " ".join(guide.get("upstream", "").split())
+            + "\n"
+        )
         for entries in guide.get("differences", {}).values():
             for entry in entries:
                 why = " ".join((shared[entry] if isinstance(entry, str) else entry)["why"].split())
@@ -312,6 +321,10 @@ def guide_differences_md() -> str:
         + "".join(lines)
         + "\n## Each guide's deployment\n\n"
         + "".join(notes)
+        + "\n## Each path's upstream commit\n\n"
+        + "The commit each recipe's pods are read at (its `guide.commit`) and what the re-pin found;\n"
+        + "`scripts/guide_drift.py` shows what changed since ([adding-a-guide.md](../adding-a-guide.md)).\n\n"
+        + "".join(pins)
     )
 
 

@@ -12,7 +12,7 @@ CEILINGS = {
     "bench/README.md": 8_145,  # + the test command's and the capability checks' rows
     "deploy/README.md": 29_365,  # + lint in a kustomize pipeline, prune labels, the precise-prefix paths
     "images/README.md": 6_514,
-    "docs/adding-a-guide.md": 3_307,  # new: the third executed how-to page (#38.4)
+    "docs/adding-a-guide.md": 3_892,  # + the stored upstream copies and bumping a guide (#42.3)
     "docs/adding-a-watcher.md": 8_421,  # + Observer, the never-a-verdict watcher (#38.1)
     "docs/adding-an-engine.md": 10_218,  # + the family's refusal shapes and env prefixes
     "docs/fleet.md": 7_017,  # + a rollout stopped by a required capability (#39.6)
