@@ -28,9 +28,6 @@ from roles.engines.transports import ENGINE_RDMA_VARS, IFNAME_VARS, UCX_DEVICES_
 from roles.flags import FlagCatalog
 from roles.memory import plan_memory
 
-# --load-format -> module (vLLM 0.32.0 model_loader: fastsafetensors is the vLLM extra of that name).
-_LOAD_FORMAT_MODULES = {"fastsafetensors": ("fastsafetensors", "fastsafetensors")}
-
 
 def with_host_needs(
     plan: Plan,
@@ -69,7 +66,7 @@ def with_host_needs(
     if network and pod_ip == POD_IP_PLACEHOLDER and "POD_IP" not in placeholders:
         placeholders = ("POD_IP", *placeholders)
     needs = HostNeeds(
-        modules=_modules(engine.argv, family.connector_modules),
+        modules=_modules(engine.argv, family),
         memory=memory,
         model_files=bool(plan.model_path and plan.model_path.startswith("/")),
         drafter=_drafter(engine.argv),
@@ -179,12 +176,14 @@ def _json(value: str | None) -> Mapping[str, object]:
     return data if isinstance(data, dict) else {}
 
 
-def _modules(argv: Sequence[str], connector_modules: Mapping[str, tuple[str, str]]) -> tuple[ModuleNeed, ...]:
+def _modules(argv: Sequence[str], family: EngineFamily[Any]) -> tuple[ModuleNeed, ...]:
+    """The modules the engine imports for its --load-format and KV connectors (its family's tables)."""
     needs: dict[str, ModuleNeed] = {}
-    fmt = flag_value(argv, "--load-format")
-    if fmt in _LOAD_FORMAT_MODULES:
-        module, package = _LOAD_FORMAT_MODULES[fmt]
+    fmt = flag_value(argv, "--load-format") or ""
+    if fmt in family.load_format_modules:
+        module, package = family.load_format_modules[fmt]
         needs[module] = ModuleNeed(module, package, f"--load-format {fmt}")
+    connector_modules = family.connector_modules
     for config in transfer_connectors(flag_value(argv, "--kv-transfer-config")):
         connector = str(config.get("kv_connector", ""))
         if connector in connector_modules and connector_modules[connector][0] not in needs:

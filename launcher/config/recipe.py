@@ -674,11 +674,14 @@ class KvConnector:
     side_channel: bool = False  # runs NIXL's side-channel handshake listener
     module: tuple[str, str] | None = None  # (the module it imports, its distribution), checked at start
     counters: tuple[str, ...] = ()  # its KV-transfer counters on the API server's /metrics, relayed
+    # Its kv_connector_extra_config key naming the transfer protocol, rdma unless set (an RDMA need).
+    protocol_key: str | None = None
 
 
 # vLLM 0.32.0 vllm/distributed/kv_transfer/kv_connector/factory.py. Modules: kv_connector/v1/mooncake/*
 # imports mooncake.*, vllm/distributed/nixl_utils.py nixl. Counters: v1/nixl/stats.py NixlPromMetrics
-# (failed transfers include handshake and notification failures), mooncake/store/metrics.py.
+# (failed transfers include handshake and notification failures), mooncake/store/metrics.py. Protocol:
+# kv_connector/v1/mooncake/mooncake_connector.py (mooncake_protocol, rdma by default).
 VLLM_CONNECTORS = {
     "NixlConnector": KvConnector(
         side_channel=True,
@@ -692,7 +695,9 @@ VLLM_CONNECTORS = {
     ),
     "NixlPullConnector": KvConnector(side_channel=True),
     "NixlPushConnector": KvConnector(side_channel=True),
-    "MooncakeConnector": KvConnector(module=("mooncake", "mooncake-transfer-engine")),
+    "MooncakeConnector": KvConnector(
+        module=("mooncake", "mooncake-transfer-engine"), protocol_key="mooncake_protocol"
+    ),
     "MooncakeStoreConnector": KvConnector(
         module=("mooncake", "mooncake-transfer-engine"),
         counters=("vllm:mooncake_store_operation_total", "vllm:mooncake_store_operation_failed_keys_total"),

@@ -125,6 +125,8 @@ class EngineFamily(Generic[P]):
     env_prefixes: tuple[str, ...] = ()
     # --kv-transfer-config connector class -> (the module the engine imports for it, its package)
     connector_modules: Mapping[str, tuple[str, str]] = field(default_factory=dict)
+    # --load-format value -> (the module the engine imports for it, its package)
+    load_format_modules: Mapping[str, tuple[str, str]] = field(default_factory=dict)
     busy_gauges: tuple[str, ...] = ()  # its /metrics gauges of running and waiting requests
     steps: StepSignals | None = None  # what moves on each of its steps (None: none exposed)
     # The environment variable it reads the API key it enforces from (None: only a flag, which the

@@ -390,9 +390,8 @@ def host_memory(pool: VllmPool, where: str) -> list[MemoryItem]:
 
 def rdma_use(pool: VllmPool, where: str) -> RdmaNeed | None:
     """MooncakeStoreConnector's protocol defaults to rdma (vLLM 0.32.0 vllm/distributed/mooncake_store.py),
-    and its JSON's device_name lists the HCAs; MooncakeConnector's mooncake_protocol defaults to rdma
-    as well (.../kv_connector/v1/mooncake/mooncake_connector.py). NCCL and UCX are the engine's own
-    (roles/needs.py)."""
+    and its JSON's device_name lists the HCAs; a connector with a protocol_key in VLLM_CONNECTORS
+    defaults to rdma as well. NCCL and UCX are the engine's own (roles/needs.py)."""
     store = pool.mooncake_store
     required: tuple[str, str] | None = None
     if store is not None and store.config.get("protocol", "rdma") == "rdma":
@@ -403,14 +402,14 @@ def rdma_use(pool: VllmPool, where: str) -> RdmaNeed | None:
         )
     transfer = pool.args.get("kv-transfer-config", pool.args.get("kv_transfer_config"))
     for connector in transfer_connectors(transfer):
+        name = str(connector.get("kv_connector"))
+        key = VLLM_CONNECTORS[name].protocol_key if name in VLLM_CONNECTORS else None
         extra = connector.get("kv_connector_extra_config") or {}
-        if connector.get("kv_connector") == "MooncakeConnector" and (
-            not isinstance(extra, dict) or extra.get("mooncake_protocol", "rdma") == "rdma"
-        ):
+        if key and (not isinstance(extra, dict) or extra.get(key, "rdma") == "rdma"):
             required = required or (
-                f"{where}.args.kv-transfer-config MooncakeConnector (mooncake_protocol rdma)",
-                "give the pod its RDMA NICs (a resource claim), or set kv_connector_extra_config."
-                "mooncake_protocol to tcp",
+                f"{where}.args.kv-transfer-config {name} ({key} rdma)",
+                "give the pod its RDMA NICs (a resource claim), or set "
+                f"kv_connector_extra_config.{key} to tcp",
             )
     if store is None and required is None:
         return None
@@ -511,6 +510,8 @@ VLLM = EngineFamily(
     host_ip_var="VLLM_HOST_IP",  # vllm/envs.py
     env_prefixes=("VLLM", "NIXL", "UCX", "NCCL"),  # vllm/envs.py; its NIXL/UCX transfers and NCCL
     connector_modules={name: c.module for name, c in VLLM_CONNECTORS.items() if c.module},
+    # vLLM 0.32.0 model_executor/model_loader: fastsafetensors is the vLLM extra of that name.
+    load_format_modules={"fastsafetensors": ("fastsafetensors", "fastsafetensors")},
     # Every API server exposes these on /metrics (vLLM 0.32.0 vllm/v1/metrics/loggers.py).
     busy_gauges=("vllm:num_requests_running", "vllm:num_requests_waiting"),
     steps=StepSignals(

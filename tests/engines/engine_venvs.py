@@ -6,9 +6,12 @@ an error, not a skip: CI must never pass without having run these.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +20,9 @@ import pytest
 REPO = Path(__file__).resolve().parents[2]
 VENVS = Path(os.environ.get("LLMD_VENVS", REPO / ".venvs"))
 HERE = Path(__file__).parent
+# Built tiny models, one per (builder, flags, vLLM venv), shared by every tier and checkout.
+_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "llm-d-launcher"
+TINY_MODELS = Path(os.environ.get("LLMD_TINY_MODELS", _CACHE / "tiny-models"))
 
 
 def engine_bin(venv: str, name: str) -> Path:
@@ -62,13 +68,26 @@ def run_checker(venv: str, script: str, argvs: list[list[str]], tmp_path: Path) 
 
 
 def make_tiny_model(out: Path, work: Path, *flags: str) -> Path:
-    """tests/engines/tiny_model.py's model at `out` (built with the vllm venv; `work`: its caches),
-    for the tiers and the benchmarks alike."""
-    subprocess.run(
-        [str(engine_bin("vllm", "python")), str(HERE / "tiny_model.py"), str(out), *flags],
-        env=engine_env(work),
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )
+    """tests/engines/tiny_model.py's model copied to `out` (the tiers and the benchmarks alike). It is
+    built (with the vllm venv; `work`: its caches) once per builder, flags and venv into TINY_MODELS:
+    a run of every tier asked for it seven times, 13 s each."""
+    builder = HERE / "tiny_model.py"
+    venv = VENVS / "vllm"
+    stamp = [builder.read_text(), *flags, str(venv), str((venv / "pyvenv.cfg").stat().st_mtime_ns)]
+    cached = TINY_MODELS / hashlib.sha256("\0".join(stamp).encode()).hexdigest()[:16]
+    if not cached.is_dir():
+        TINY_MODELS.mkdir(parents=True, exist_ok=True)
+        building = Path(tempfile.mkdtemp(prefix=f".{cached.name}-", dir=TINY_MODELS))
+        subprocess.run(
+            [str(engine_bin("vllm", "python")), str(builder), str(building), *flags],
+            env=engine_env(work),
+            check=True,
+            capture_output=True,
+            timeout=300,
+        )
+        try:
+            building.rename(cached)  # atomic: a run building the same model at once keeps its own
+        except OSError:
+            shutil.rmtree(building)
+    shutil.copytree(cached, out, dirs_exist_ok=True)
     return out

@@ -40,6 +40,12 @@ def own_namespaces() -> None:
 
 
 @pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny model (one KV head), shared by the modules that serve it."""
+    return build_tiny_model(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
 def tp2_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The tiny model with 2 KV heads: tensor parallelism over 2 ranks splits them."""
     return build_tiny_model(tmp_path_factory, "--kv-heads", "2")

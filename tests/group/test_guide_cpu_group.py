@@ -18,7 +18,6 @@ import pytest
 import yaml
 
 from launcher.config.recipe_file import builtin_recipe_text
-from tests.engines.conftest import build_tiny_model
 from tests.group.conftest import leftovers
 from tests.unit.roles.test_golden_guides import FIXTURES, POD_IP, differences, guide_argv, words, words_of
 
@@ -26,11 +25,6 @@ pytestmark = pytest.mark.group
 
 RECIPE = "optimized-baseline-cpu-vllm"
 HARNESS_ARGS = ["--enforce-eager", "--dtype", "float32"]
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory)
 
 
 def start_on_this_machine(start_group: Any, recipe_name: str, tiny_model: Path, tmp_path: Path) -> Any:

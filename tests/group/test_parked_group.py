@@ -2,7 +2,8 @@
 two pods, gloo) where the worker's recipe file has a mistake. The worker parks; the leader's launcher
 starts its engine and waits: it neither declares the parked worker lost nor runs out its start-up
 deadline. Fixing the file (in place, as the kubelet updates a mounted ConfigMap) starts the worker's
-engine in the same pod and the group forms: no launcher is replaced, nothing is recreated."""
+engine in the same pod and the group forms: no launcher is replaced, nothing is recreated. Its deletion
+then stops every pod cleanly (one formation for both: each costs about 3 minutes here)."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ PEER_LOST = 5  # LLMD_PEER_LOST_SECONDS: a parked peer counted as lost would end
 def test_a_parked_worker_holds_its_group_until_the_file_is_fixed_in_place(
     start_group: Any, tp2_model: Path, tmp_path: Path
 ) -> None:
+    shm_before = set(os.listdir("/dev/shm"))
     good = prefill_recipe(tmp_path / "recipe.yaml", tp2_model, render=False).read_text()
     worker_recipe = tmp_path / "worker-recipe.yaml"  # the worker's mounted ConfigMap
     worker_recipe.write_text(good.replace("    kind: vllm\n", "    kind: vllm\n    nodez: 2\n"))
@@ -76,6 +78,16 @@ def test_a_parked_worker_holds_its_group_until_the_file_is_fixed_in_place(
     assert started > STARTUP
     assert "group member no longer parked" in run.pod_output(0)
     assert "is gone" not in run.pod_output(0) and "start-up deadline" not in run.output()
+
+    # The group deleted: SIGTERM to both pods at once, both exit 0 within the grace period (30 s); no
+    # process, no /dev/shm segment of the host and no runtime file outside the pods' own directories is
+    # left. (The render sidecar's part of a stop: tests/engines/test_run_vllm.py, SIGTERM.)
     tag = run.manifest()["tag"]
+    stopped_at = time.time()
     assert run.stop() == 0, run.digest()
+    for index in (0, 1):
+        assert run.exit_code(index) == 0
+        assert run.exited_at(index) - stopped_at < 30
     assert leftovers(tag) == []
+    assert "left behind" not in run.output()
+    assert set(os.listdir("/dev/shm")) == shm_before

@@ -33,7 +33,6 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.engines.conftest import build_tiny_model
 from tests.engines.engine_venvs import VENVS, engine_env
 from tests.group.conftest import REPO, GroupRun, leftovers, pd_recipe
 from tests.group.sockets import listener, owners, socket_inodes
@@ -84,10 +83,11 @@ def _counter(metrics: str, name: str, **labels: str) -> float:
 
 
 @pytest.fixture(scope="module")
-def pd(tmp_path_factory: pytest.TempPathFactory, own_namespaces: None) -> Iterator[GroupRun]:
-    model = build_tiny_model(tmp_path_factory)
+def pd(
+    tmp_path_factory: pytest.TempPathFactory, own_namespaces: None, tiny_model: Path
+) -> Iterator[GroupRun]:
     workdir = tmp_path_factory.mktemp("pd-group")
-    recipe = pd_recipe(workdir / "recipe.yaml", model)
+    recipe = pd_recipe(workdir / "recipe.yaml", tiny_model)
     env = {
         **engine_env(workdir),
         "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin",

@@ -18,7 +18,6 @@ import httpx
 import pytest
 import zmq
 
-from tests.engines.conftest import build_tiny_model
 from tests.group.conftest import leftovers
 from tests.group.test_guide_cpu_group import assert_runs_the_guides_command, start_on_this_machine
 
@@ -27,11 +26,6 @@ pytestmark = pytest.mark.group
 RECIPE = "precise-prefix-cache-routing-cpu-vllm"
 # The guide's shared prefix, shortened to fit the tiny model's 512 positions (several 64-token blocks).
 PREFIX = "The llm-d router keeps a conversation on the server whose KV-cache events report its prefix. " * 12
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return build_tiny_model(tmp_path_factory)
 
 
 def prefix_cache(metrics: str, name: str) -> float:

@@ -16,7 +16,13 @@ ROOT = Path(__file__).resolve().parents[3]
 PACKAGES = ("launcher", "roles", "healthchecks")
 # Read from the registered families: a new engine is checked from the day it is registered.
 ENGINE_NAMES = re.compile("|".join(re.escape(family.name) for family in FAMILIES), re.IGNORECASE)
-_MODULES = {name for family in FAMILIES for pair in family.connector_modules.values() for name in pair}
+# The modules a family imports for a connector or a --load-format, and their packages.
+_MODULES = {
+    name
+    for family in FAMILIES
+    for pair in (*family.connector_modules.values(), *family.load_format_modules.values())
+    for name in pair
+}
 _NAMED = "|".join(map(re.escape, [*VLLM_CONNECTORS, *_MODULES]))  # connectors, the modules they import
 ENGINE_FACTS = re.compile(rf"\b(?:(?:{'|'.join(ENGINE_ENV_PREFIXES)})_[A-Z0-9_]+|{_NAMED})\b")
 # launcher/catalogs/generate.py runs inside the engines' interpreters and reads their parsers.
@@ -70,6 +76,21 @@ def test_no_engine_name_outside_the_engine_families() -> None:
                 f"{name}:{line}: {text[:80]!r}" for line, text in engine_literals(path) if text not in allowed
             ]
     assert found == [], "engine facts outside roles/engines/:\n" + "\n".join(found)
+
+
+def test_connector_names_only_in_the_connector_table() -> None:
+    """Inside roles/engines/ too: code asks VLLM_CONNECTORS what a connector does, never its name."""
+    table = "launcher/config/recipe.py"
+    connectors = re.compile(rf"\b(?:{'|'.join(map(re.escape, VLLM_CONNECTORS))})\b")
+    found = [
+        f"{name}:{line}: {text[:80]!r}"
+        for package in PACKAGES
+        for path in sorted((ROOT / package).rglob("*.py"))
+        if (name := path.relative_to(ROOT).as_posix()) != table
+        for line, text in engine_literals(path)
+        if connectors.search(text)
+    ]
+    assert found == [], "connector names outside VLLM_CONNECTORS:\n" + "\n".join(found)
 
 
 def test_the_scan_sees_code_and_skips_docstrings(tmp_path: Path) -> None:
