@@ -6,17 +6,20 @@ and `USER=llm-d` on every vLLM GPU/CPU container, as llm-d's vLLM image componen
 from __future__ import annotations
 
 import copy
+import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from launcher.config.recipe_file import RecipeSource, load_recipe
+from launcher.config.recipe_file import RecipeSource, builtin_recipe_text, load_recipe
 from tests.manifests import container_env
 from tests.unit.deploy.test_launcher_pods import templates
 from tests.unit.deploy.test_lint import lint
-from tests.unit.deploy.test_manifests import ROOT, kustomize, mounted_recipe
+from tests.unit.deploy.test_manifests import HASHED, ROOT, kustomize, mounted_recipe
+from tests.unit.deploy.test_pools import compile_recipes
 
 # Every kustomization of deploy/ that renders alone (components render inside the Kimi tests' combinations).
 PATHS = sorted(
@@ -152,3 +155,41 @@ def test_the_sglang_hicache_variant_is_the_guides_component(tmp_path: Path, run_
     container["resources"]["limits"]["memory"] = container["resources"]["requests"]["memory"] = "64Gi"
     code, lines, _ = lint(run_cli, tmp_path, docs)
     assert code == 1 and len(lines) == 2 and all("memory 64Gi is less than pool decode's" in x for x in lines)
+
+
+RECIPE_FILES: dict[str, str] = compile_recipes().RECIPE_FILES
+SETS = {name: f"deploy/{name}" for name in RECIPE_FILES}
+RECIPE_MOUNT = "/etc/llm-d-launcher/recipe.yaml"
+
+
+def role_templates(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    (dset,) = [d for d in docs if d["kind"] == "DisaggregatedSet"]
+    return [t for _, t in templates(dset)]
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_the_disaggregated_set_mounts_its_recipe_from_a_generated_config_map(name: str) -> None:
+    """Not the image's built-in copy: a recipe edit is a ConfigMap edit whose hash rolls the roles,
+    which kustomize writes into the roles' volumes only where configurations: tells it the kind."""
+    docs = RENDERED[SETS[name]]
+    (config_map,) = [d for d in docs if d["kind"] == "ConfigMap" and HASHED.match(d["metadata"]["name"])]
+    assert config_map["data"] == {"recipe.yaml": builtin_recipe_text(name)}
+    for template in role_templates(docs):
+        (container,) = template["spec"]["containers"]
+        assert container_env(container)["LLMD_RECIPE_FILE"] == RECIPE_MOUNT
+        assert mounted_recipe(template["spec"], container) == ROOT / RECIPE_FILES[name]
+        (volume,) = [v for v in template["spec"]["volumes"] if "configMap" in v]
+        assert volume["configMap"]["name"] == config_map["metadata"]["name"]
+
+
+@pytest.mark.parametrize("name", SETS)
+def test_a_kustomizations_labels_reach_the_role_templates(name: str) -> None:
+    with tempfile.TemporaryDirectory(dir=ROOT / "deploy") as directory:
+        here = Path(directory)
+        (here / "kustomization.yaml").write_text(yaml.safe_dump({
+            "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+            "resources": [os.path.relpath(ROOT / SETS[name], here)],
+            "labels": [{"pairs": {"team": "inference"}, "includeTemplates": True}],
+        }))  # fmt: skip
+        docs = [d for d in yaml.safe_load_all(kustomize(here)) if d]
+    assert all(t["metadata"]["labels"]["team"] == "inference" for t in role_templates(docs))
