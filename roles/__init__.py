@@ -136,7 +136,9 @@ def build_plan(
             "the launcher's own, with the weight-loading progress still read"
         )
     plan = replace(plan, notes=(*plan.notes, *notes))
-    plan = with_host_needs(plan, family, derived.pool, derived.role.pool, derived.pod.pod_ip, catalog)
+    plan = with_host_needs(
+        plan, family, derived.pool, derived.role.pool, derived.pod.pod_ip, catalog, settings.extra_args
+    )
     if (devices := accelerators(derived.pool, settings.gpus_per_node)) is not None:
         plan = replace(plan, needs=replace(plan.needs, accelerators=devices))
     plan = fill_rdma(plan, found.rdma)

@@ -124,6 +124,18 @@ def split_extra_args(text: str, setting: str) -> list[Arg]:
     return groups
 
 
+def extra_arg_values(text: str, setting: str) -> dict[str, ArgValue]:
+    """LLMD_EXTRA_ARGS as a recipe's args mapping (flag_key -> value), for what reads the pool's args
+    (the host-memory count): a bare flag is true, its `no-` form false, one value a string."""
+    values: dict[str, ArgValue] = {}
+    for group in split_extra_args(text, setting):
+        head, eq, inline = group.tokens[0].partition("=")
+        given = [inline] if eq else list(group.tokens[1:])
+        negated = head.lstrip("-").replace("_", "-").startswith("no-")
+        values[group.key] = (not negated) if not given else given[0] if len(given) == 1 else given
+    return values
+
+
 def merge_extra(
     generated: list[Arg], extra: list[Arg], owned: Mapping[str, str], setting: str
 ) -> tuple[list[Arg], list[str]]:

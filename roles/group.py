@@ -19,6 +19,7 @@ from launcher.contract.redact import is_secret_name, secret_values
 from roles import build_plan
 from roles.args import flag_values
 from roles.derive import select_pool
+from roles.engines.script_hooks import script_hook_problems
 from roles.engines.service_links import service_link_problems
 from roles.flags import FlagCatalog
 
@@ -170,7 +171,12 @@ def _argument(argv: Sequence[str], i: int) -> str:
 
 def command_line_problems(plan: Plan, env: Mapping[str, str]) -> list[Problem]:
     """What `plan` and `run` refuse on a pod's command lines (`env`: the pod's own environment)."""
-    return argv_secret_problems(plan, env) + oversized_problems(plan) + service_link_problems(plan, env)
+    return (
+        argv_secret_problems(plan, env)
+        + oversized_problems(plan)
+        + service_link_problems(plan, env)
+        + script_hook_problems(env)
+    )
 
 
 _LEADER_FLAGS = ("--master-addr", "--data-parallel-address", "--dist-init-addr")

@@ -308,7 +308,7 @@ def _grace(pod: ManifestPod, settings: Settings, pool: Pool, plan: Plan) -> list
 
 def _memory(pod: ManifestPod, settings: Settings, pool: Pool, plan: Plan) -> list[Finding]:
     """Requests and limits hold what the plan allocates and pins (roles/memory.py), /dev/shm its size."""
-    need = pod_memory(pool, plan.role.pool)
+    need = pod_memory(pool, plan.role.pool, settings.extra_args)
     if not need.total:
         return []
     resources = pod.container.get("resources") or {}

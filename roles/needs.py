@@ -36,11 +36,12 @@ def with_host_needs(
     pool_name: str,
     pod_ip: str,
     catalog: FlagCatalog | None,
+    extra_args: str = "",
 ) -> Plan:
     """The plan with its HostNeeds and, for engines (a family with a flag catalogue), the network
     identity env filled in."""
     advisory = tuple(pool.host.advisory)
-    memory = plan_memory(pool, pool_name)
+    memory = plan_memory(pool, pool_name, extra_args)
     shm = family.shm_segments
     where = f"pools.{pool_name}"
     master = family.store_master(pool, where)

@@ -4,7 +4,8 @@ schema, as JSON (validated/NAME.json, launcher/config/validated.py), so a dry-ru
 neither imports PyYAML nor builds the schema's validator; and to the one-pool recipe files deploy/
 mounts (POOL_FILES: one ConfigMap per pool, so an edit rolls only its pool), each the recipe's header
 and one pool as written, plus `kv_peers`: what its pool must agree on with the KV-exchanging pools of
-the other files, so a one-pool file is refused where the whole recipe would be. Edit the YAML, then
+the other files, so a one-pool file is refused where the whole recipe would be; RECIPE_FILES: the
+DisaggregatedSet paths' whole recipes, word for word. Edit the YAML, then
 run this from the repository root: `.venv/bin/python scripts/compile_recipes.py`. The drift tests
 (tests/unit/config/test_builtin_recipes_compiled.py, tests/unit/deploy/test_pools.py) fail while any
 output differs from its YAML.
@@ -41,6 +42,11 @@ POOL_FILES = {
         "tpu": "deploy/kimi-k3.1-pro/tpu/recipe.yaml",
         "mooncake-donor": "deploy/components/mooncake-donors/recipe.yaml",
     },
+}
+# Built-in recipe -> the file a DisaggregatedSet path of deploy/ mounts whole (its configMapGenerator).
+RECIPE_FILES = {
+    name: f"deploy/{name}/recipe.yaml"
+    for name in ("pd-disaggregation-gpu-vllm", "pd-disaggregation-gpu-sglang", "wide-ep-deepseek-v4")
 }
 _POOL_BLOCK = re.compile(r"(?m)^(?=  [a-z][a-z0-9.-]*:\n)")  # a pool's first line under `pools:`
 
@@ -83,6 +89,9 @@ def main() -> None:
         (RECIPES / f"{name}.json").write_text(compiled_builtin(name), encoding="utf-8")
         (VALIDATED / f"{name}.json").write_text(validated_builtin(name), encoding="utf-8")
         print(f"wrote launcher/config/recipes/{name}.json and validated/{name}.json")
+        if name in RECIPE_FILES:
+            (ROOT / RECIPE_FILES[name]).write_text(builtin_recipe_text(name), encoding="utf-8")
+            print(f"wrote {RECIPE_FILES[name]}")
         for pool, path in POOL_FILES.get(name, {}).items():
             (ROOT / path).write_text(pool_file(name, pool), encoding="utf-8")
             print(f"wrote {path}")

@@ -23,6 +23,7 @@ from launcher.config.settings import Settings
 from tests.manifests import container_env
 from tests.manifests import lws_env as injected_by_lws
 from tests.unit.deploy.test_manifests import K8S_VERSION, kustomize, validate
+from tests.unit.deploy.test_manifests import pod_env as repository_env
 
 ROOT = Path(__file__).resolve().parents[3]
 FIXTURES = ROOT / "tests" / "fixtures" / "guides"
@@ -195,7 +196,7 @@ def test_the_disaggregated_set_is_the_guides_roles_run_by_the_launcher(directory
         (container,) = spec["containers"]
         assert "initContainers" not in spec  # the routing sidecar is the launcher's process
         assert container["command"] == ["llm-d-launcher", "run"] and "args" not in container
-        env = container_env(container)
+        env = repository_env(spec, container)  # the mounted recipe: its file in the repository
         assert env["LLMD_POOL"] == role["name"]
         assert {e["name"]: e["valueFrom"]["fieldRef"]["fieldPath"] for e in container["env"]
                 if "fieldRef" in e.get("valueFrom", {})} == {

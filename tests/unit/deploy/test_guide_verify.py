@@ -7,6 +7,7 @@ wrong or empty one (run with sh, `curl` replaced by a recorder: no network)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import stat
@@ -17,7 +18,6 @@ from typing import Any
 import pytest
 import yaml
 
-from launcher.config.recipe import VllmPool
 from launcher.config.recipe_file import RecipeSource, load_recipe
 from tests.manifests import container_env
 from tests.unit.deploy.test_manifests import GUIDE, ROOT, kustomize, validate
@@ -74,20 +74,74 @@ def test_the_manifests_are_valid_and_ask_the_guides_router_for_the_served_model(
             assert container_env(doc["spec"]["template"]["spec"]["containers"][0]) == expected
 
 
-def test_the_kimi_benchmark_targets_the_router_and_fills_the_decode_pool() -> None:
+# The seed guide's Benchmarking table: its row name -> inference-perf's conversation_replay key.
+WORKLOAD_ROWS = {
+    "Shared System Prompt": "shared_system_prompt_len",
+    "Dynamic System Prompt": "dynamic_system_prompt_len",
+    "Turns per Conversation": "turns_per_conversation",
+    "Input Tokens per Turn": "input_tokens_per_turn",
+    "Output Tokens per Turn": "output_tokens_per_turn",
+    "Tool Call Latency": "tool_call_latency_sec",
+}
+
+
+def number(cell: str) -> int:
+    """A table cell such as `220,000 tokens`, `1s` or `15 seconds`."""
+    found = re.fullmatch(r"([\d,]+)\s*(tokens|turns|seconds|s)?", cell.strip())
+    assert found, cell
+    return int(found[1].replace(",", ""))
+
+
+def guide_workload() -> tuple[dict[str, Any], dict[str, int]]:
+    """The Kimi guide's Benchmarking section: each row of its table as inference-perf writes it, and
+    its run variables (`export NAME=...`, the $((...)) evaluated)."""
+    text = GUIDE.read_text()
+    rows: dict[str, Any] = {}
+    for line in text.splitlines():
+        cells = line.split("\t")
+        if cells[0] in WORKLOAD_ROWS:
+            _, kind, low, high, mean, std, _ = cells
+            key = WORKLOAD_ROWS[cells[0]]
+            if kind == "Constant":
+                rows[key] = number(mean)
+            else:
+                rows[key] = {"type": kind.lower(), "min": number(low), "max": number(high),
+                             "mean": number(mean), "std_dev": number(std)}  # fmt: skip
+    variables: dict[str, int] = {}
+    benchmarking = text[text.index("\nBenchmarking\n") :]
+    for name, value in re.findall(r"^export (\w+)=(.+)$", benchmarking, re.MULTILINE):
+        operands = [
+            variables[t] if t in variables else int(t)
+            for t in re.split(r"\s*[*+]\s*", value.removeprefix("$((").removesuffix("))"))
+        ]
+        variables[name] = math.prod(operands) if "*" in value else sum(operands)
+    return rows, variables
+
+
+def test_the_kimi_benchmark_is_the_guides_multi_turn_workload() -> None:
+    rows, variables = guide_workload()
+    assert set(rows) == set(WORKLOAD_ROWS.values())
+    assert set(variables) == {"CONCURRENCY_LEVEL", "NUM_REQUESTS", "SEED"}
     directory = ROOT / "deploy" / "kimi-k3.1-pro" / "verify"
     (config_map,) = [d for d in docs(directory) if d["kind"] == "ConfigMap"]
     config = yaml.safe_load(config_map["data"]["config.yaml"])
+    replay = config["data"]["conversation_replay"]
+    assert config["data"]["type"] == "conversation_replay"
+    for key, expected in rows.items():
+        assert replay[key] == expected, key
+    (stage,) = config["load"]["stages"]
+    assert config["load"]["type"] == "concurrent"
+    assert stage == {
+        "num_requests": variables["NUM_REQUESTS"],
+        "concurrency_level": variables["CONCURRENCY_LEVEL"],
+    }
+    assert replay["num_conversations"] == variables["CONCURRENCY_LEVEL"]
+    assert replay["seed"] == variables["SEED"]
     model = served_model("kimi-k3.1-pro")
     assert config["server"]["model_name"] == config["tokenizer"]["pretrained_model_name_or_path"] == model
     assert config["server"]["base_url"] == "http://kimi-k3-1-epp"
-    (stage,) = config["load"]["stages"]
-    for distribution in ("input_distribution", "output_distribution"):
-        assert config["data"][distribution]["total_count"] >= stage["num_requests"]  # or datagen runs out
-    decode = load_recipe(RecipeSource("kimi-k3.1-pro", None)).pools["decode"]
-    assert isinstance(decode, VllmPool) and decode.data_parallel_local is not None
-    ranks = decode.nodes * decode.data_parallel_local
-    assert stage["concurrency_level"] == ranks * int(decode.args["max-num-seqs"]) == 512
+    tpu = load_recipe(RecipeSource("kimi-k3.1-pro", None)).pools["tpu"]
+    assert replay["max_model_len"] == tpu.args["context-length"]  # sessions reach ~460K tokens
     spec = job(directory, "inference-perf")["spec"]["template"]["spec"]
     assert spec["restartPolicy"] == "Never"  # a Job's pods may not restart Always
     (volume,) = spec["volumes"]

@@ -304,12 +304,12 @@ def test_a_config_map_name_kustomize_did_not_rewrite(tmp_path: Path, run_cli: Ru
 
 def test_service_links_left_on(tmp_path: Path, run_cli: Run) -> None:
     def edit(docs: list[dict[str, Any]]) -> None:
-        for spec in templates(docs, "optimized-baseline-gpu-vllm-decode"):
+        for spec in templates(docs, "optimized-baseline-nvidia-gpu-vllm-decode"):
             del spec["enableServiceLinks"]
 
     line = caught(run_cli, tmp_path, BASELINE, edit)
     assert line.startswith(
-        "Deployment/optimized-baseline-gpu-vllm-decode spec.template container modelserver: "
+        "Deployment/optimized-baseline-nvidia-gpu-vllm-decode spec.template container modelserver: "
     )
     assert "enableServiceLinks: is not false" in line
 

@@ -46,14 +46,18 @@ def compile_recipes() -> Any:
 
 
 def test_the_pool_files_are_generated_from_the_built_in_recipe() -> None:
-    """Every recipe file a configMapGenerator of deploy/ mounts is one pool's file, as the generator
-    writes it now; every pool of the built-in recipe has one."""
+    """Every recipe file a configMapGenerator of deploy/ mounts is one Kimi pool's file or a
+    DisaggregatedSet path's whole recipe, as the generator writes it now; every Kimi pool has one."""
     script = compile_recipes()
     files = script.POOL_FILES[RECIPE]
     assert sorted(files) == sorted(split_pools(builtin_recipe_text(RECIPE)))
-    assert sorted(ROOT / f for f in files.values()) == sorted(p for _, p in recipe_generators().values())
+    generated = sorted(ROOT / f for f in [*files.values(), *script.RECIPE_FILES.values()])
+    assert generated == sorted(p for _, p in recipe_generators().values())
     drifted = [f for pool, f in files.items() if (ROOT / f).read_text() != script.pool_file(RECIPE, pool)]
-    assert drifted == [], "edit launcher/config/recipes/kimi-k3.1-pro.yaml, run scripts/compile_recipes.py"
+    drifted += [
+        f for name, f in script.RECIPE_FILES.items() if (ROOT / f).read_text() != builtin_recipe_text(name)
+    ]
+    assert drifted == [], "edit launcher/config/recipes/, run scripts/compile_recipes.py"
 
 
 def split_pools(text: str) -> list[str]:

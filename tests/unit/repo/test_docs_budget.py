@@ -10,14 +10,14 @@ from tests.unit.repo.markdown import ROOT, doc_pages
 CEILINGS = {
     "README.md": 12_000,  # the issue's 12 KB
     "bench/README.md": 8_145,  # + the test command's and the capability checks' rows
-    "deploy/README.md": 29_365,  # + lint in a kustomize pipeline, prune labels, the precise-prefix paths
+    "deploy/README.md": 31_259,  # + kustomize lint, prune labels, precise-prefix paths, Monitoring (#42)
     "images/README.md": 6_514,
     "docs/adding-a-guide.md": 3_892,  # + the stored upstream copies and bumping a guide (#42.3)
     "docs/adding-a-watcher.md": 8_421,  # + Observer, the never-a-verdict watcher (#38.1)
     "docs/adding-an-engine.md": 10_218,  # + the family's refusal shapes and env prefixes
     "docs/fleet.md": 7_017,  # + a rollout stopped by a required capability (#39.6)
     "docs/local-group.md": 5_316,
-    "docs/plan-json.md": 21_456,  # + plan/v2, capabilities, parallelism, accelerators
+    "docs/plan-json.md": 21_652,  # + plan/v2, capabilities, parallelism, accelerators, Kimi's parsers
     "docs/preflight.md": 14_665,  # + the accelerator count
     "docs/probes-and-watchers.md": 26_765,  # + capabilities, unknown samples, watcher failures
     "docs/recipes.md": 18_833,  # + why the running pod does not read the checkpoint yet

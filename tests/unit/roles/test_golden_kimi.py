@@ -73,6 +73,7 @@ PREFILL_FLAGS = [
     "--kv-cache-dtype", "nvfp4_ds_mla",
     "--language-model-only",
     "--max-num-seqs", "32",
+    "--reasoning-parser", "kimi_k3", "--tool-call-parser", "kimi_k3", "--enable-auto-tool-choice",
     "--speculative-config", j(DSPARK),
     "--kv-transfer-config", multi_connector("kv_both", nixl="kv_producer", store="kv_both"),
 ]  # fmt: skip
@@ -200,6 +201,7 @@ def test_decode(plan_json: Any, index: int) -> None:
         "--kv-cache-dtype", "nvfp4_ds_mla", "--max-num-seqs", "32",
         "--max-num-batched-tokens", "512", "--max-cudagraph-capture-size", "512",
         "--no-enable-prefix-caching", "--use-replayssm",
+        "--reasoning-parser", "kimi_k3", "--tool-call-parser", "kimi_k3", "--enable-auto-tool-choice",
         "--quantization-config", j({"linear": "mxfp8", "moe": "mxfp8"}),
         "--speculative-config", j(DSPARK),
         "--kv-transfer-config", multi_connector("kv_consumer", nixl="kv_consumer", store="kv_consumer"),

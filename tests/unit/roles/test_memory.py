@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from launcher.config.recipe import Pool
@@ -51,3 +53,25 @@ def test_sizes() -> None:
     assert size_of(4096, "x") == 4096
     with pytest.raises(ConfigError, match="is not a size"):
         size_of("lots", "pools.p.mooncake_store.global_segment_size")
+
+
+def test_hicache_given_in_extra_args_is_counted(plan_json: Any) -> None:
+    """The P/D SGLang guide's HiCache component is decode args the pod adds with LLMD_EXTRA_ARGS
+    (deploy/pd-disaggregation-gpu-sglang/hicache/): its host pool, --hicache-size GB per TP rank, is
+    what the memory preflight and lint hold against the container (64 GB x TP 2 = 128 GiB)."""
+    extra = "--disaggregation-decode-enable-radix-cache --enable-hierarchical-cache --hicache-size=64"
+    env = {"LLMD_POOL": "decode", "POD_IP": "10.0.0.1", "LLMD_EXTRA_ARGS": extra}
+    plan = plan_json("--recipe", "pd-disaggregation-gpu-sglang", env=env)
+    hicache = [m for m in plan["host_needs"]["memory"] if m["what"].startswith("sglang hicache")]
+    assert [(m["bytes"], m["processes"]) for m in hicache] == [(128 * GIB, 2)]
+    without = {k: v for k, v in env.items() if k != "LLMD_EXTRA_ARGS"}
+    assert not any(m["what"].startswith("sglang hicache") for m in plan_json(
+        "--recipe", "pd-disaggregation-gpu-sglang", env=without)["host_needs"]["memory"])  # fmt: skip
+
+
+def test_extra_args_override_the_recipes_flags_for_the_count() -> None:
+    tpu = pool("tpu")
+    assert plan_memory(tpu, "tpu", "--hicache-size 10") != plan_memory(tpu, "tpu")
+    assert plan_memory(tpu, "tpu", "--no-enable-hierarchical-cache --hicache-size 10") == plan_memory(
+        tpu, "tpu"
+    )
