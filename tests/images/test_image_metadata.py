@@ -30,9 +30,9 @@ class Expected:
 
 
 BUDGETS = {  # measured on the stand-in bases (bench/results/images.md)
-    "vllm-gpu": 500 * MB,  # nixl-cu13 + the sidecar
-    "vllm-gpu-kimi": 900 * MB,  # + CUDA Mooncake and fastsafetensors
-    "mooncake": 250 * MB,
+    "vllm-gpu": 500 * MB,  # measured 242 MB: nixl-cu13 + the sidecar
+    "vllm-gpu-kimi": 900 * MB,  # measured 591 MB: + CUDA Mooncake and fastsafetensors
+    "mooncake": 250 * MB,  # measured 200 MB
 }
 IMAGES = [Expected(n, "10001:10001" if n == "mooncake" else "", BUDGETS.get(n, 100 * MB)) for n in TARGETS]
 SECRET = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.I)
