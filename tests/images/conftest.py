@@ -13,7 +13,13 @@ import pytest
 
 from tests.images.podman import PREFIX, REPO, Container, podman
 
-VLLM_IMAGE = f"{PREFIX}/vllm-gpu:run"
+# images/targets.txt's names, in its order: tests/images/build.sh builds every one as PREFIX/<name>:run.
+TARGETS = [
+    line.split()[0]
+    for line in (REPO / "images" / "targets.txt").read_text().splitlines()
+    if line.strip() and not line.startswith("#")
+]
+VLLM_IMAGE = f"{PREFIX}/vllm-gpu-kimi:run"  # Kimi's prefill and decode pods (MooncakeStore, NIXL, sidecar)
 MOONCAKE_IMAGE = f"{PREFIX}/mooncake:run"
 SGLANG_IMAGE = f"{PREFIX}/sglang-tpu:run"
 POD_IP = "10.213.0.1"  # llmd0 in tests/engines/private_network.sh, inside pod_network's namespace

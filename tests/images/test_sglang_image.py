@@ -1,4 +1,5 @@
-"""images/sglang-tpu.Dockerfile, built on the SGLang STAND-IN base (tests/images/standins: SGLang 0.5.23's
+"""The sglang-tpu image (images/engine.Dockerfile, images/targets.txt), built on the SGLang STAND-IN
+base (tests/images/standins: SGLang 0.5.23's
 parser on CPU torch; no TPU, so no engine is served here), run as deploy/kimi-k3.1-pro/tpu/tpu.yaml runs it:
 `plan` plans the TPU leader, and the image checks flags against the catalogue it built from its own
 SGLang, readable by a non-root user too."""

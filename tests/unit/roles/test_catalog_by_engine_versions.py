@@ -43,7 +43,7 @@ def test_engine_version_chooses_the_catalogue(plan_json: Any, run_cli: Any, tmp_
     assert (code, out) == (2, "")
     assert err.strip() == (
         "llm-d-launcher: error: --engine-version: vllm 0.34.0 has no flag catalogue here; use one of "
-        "0.32.0, 0.33.0, or build its catalogue (llm-d-launcher catalog build)"
+        "0.27.0, 0.27.1, 0.32.0, 0.33.0, or build its catalogue (llm-d-launcher catalog build)"
     )
     notes = plan_json("--engine-version", "0.32.0", env=_env(tmp_path, '"==0.33.*"'))["notes"]
     assert any("engine_versions '==0.33.*' admits no flag catalogue" in n for n in notes)
