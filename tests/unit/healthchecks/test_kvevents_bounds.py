@@ -154,6 +154,10 @@ def test_the_relay_lets_the_event_loop_run_while_a_publisher_floods() -> None:
             relay.cancel()
             await asyncio.gather(relay, return_exceptions=True)
             sender.join()
+            # Closed on the loop that polled them, before it closes: destroying the context afterwards
+            # with them open aborted libzmq once (a worker's "Fatal Python error: Aborted" in term()).
+            upstream.close(linger=0)
+            public.close(linger=0)
         return slowest
 
     try:
