@@ -27,3 +27,20 @@ def wait_for(
             return text
         time.sleep(0.2)
     raise AssertionError(f"{url} never matched {pattern!r}; last: {(text or '')[:500]}\n{logs()[-3000:]}")
+
+
+def ended(pid: int, within: float = 2.0) -> bool:
+    """Whether the process has ended (gone, or a zombie nobody reaped yet: the launcher's stop SIGKILLs
+    its probe process and leaves the reaping to whoever outlives it), looked at for up to `within` s as
+    the kernel tears it down."""
+    import psutil
+
+    until = time.monotonic() + within
+    while time.monotonic() < until:
+        try:
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        time.sleep(0.01)
+    return False

@@ -10,6 +10,7 @@ import time
 import psutil
 
 from tests.pods import LauncherPod
+from tests.polling import ended
 from tests.supervisor.conftest import MakePod
 
 
@@ -69,18 +70,4 @@ def test_the_probe_process_outlives_the_stop_and_ends_before_the_launcher(make_p
     time.sleep(1)
     assert front.is_running() and pod.probe("livez")[0] == 200  # ... but not the probe process
     assert pod.finish() == 0
-    assert _ended(front)
-
-
-def _ended(process: psutil.Process) -> bool:
-    """Gone, or a zombie: the launcher's stop SIGKILLs it and leaves the reaping to whoever outlives the
-    launcher (healthchecks/probe_publisher.py stop). Looked at for up to 2 s, as the kernel tears it down."""
-    until = time.monotonic() + 2
-    while time.monotonic() < until:
-        try:
-            if process.status() == psutil.STATUS_ZOMBIE:
-                return True
-        except psutil.NoSuchProcess:
-            return True
-        time.sleep(0.01)
-    return False
+    assert ended(front.pid)

@@ -28,6 +28,7 @@ from launcher.contract.endpoints import PROBE_ENDPOINTS
 from launcher.contract.plan import Check, Probes
 from launcher.contract.redact import Scrubber
 from launcher.supervise.logs import configure
+from tests.polling import ended
 from tests.ports import free_port
 
 SECRET = "hf_probe_process_secret_42"
@@ -254,7 +255,7 @@ def test_a_probe_process_that_dies_is_replaced_and_no_probe_is_refused() -> None
 
     first, second, answer = _serving(scenario)
     assert second != first and answer.startswith(b"HTTP/1.0 200 OK")
-    assert not _alive(first) and not _alive(second)  # the server's stop ended the second too
+    assert ended(first) and ended(second)  # the server's stop ended the second too
 
 
 def test_what_the_probe_process_writes_to_stderr_becomes_one_log_event(
@@ -281,21 +282,6 @@ def test_what_the_probe_process_writes_to_stderr_becomes_one_log_event(
     assert "Traceback" in wrote[0] or wrote[0].startswith("the probe process wrote: ..."), events
     assert any(re.match(r"the probe process \(pid \d+\) exited with code 1;", event) for event in events)
     assert SECRET not in "\n".join(lines)
-
-
-def _alive(pid: int) -> bool:
-    """Still running its code: a zombie (SIGKILLed by the server's stop, not waited for) has ended.
-    Looked at for up to 2 s, as the kernel tears a killed process down."""
-    until = time.monotonic() + 2
-    while time.monotonic() < until:
-        try:
-            with open(f"/proc/{pid}/stat", "rb") as stat:
-                if stat.read().rpartition(b")")[2].split()[0] == b"Z":
-                    return False
-        except FileNotFoundError:
-            return False
-        time.sleep(0.01)
-    return True
 
 
 def test_the_probe_process_ends_when_its_channel_closes() -> None:
